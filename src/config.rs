@@ -1,0 +1,317 @@
+//! Configuration from the environment, checked once at start-up with an
+//! error that names the variable.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::key::{json_type, Recipe};
+use crate::lease::{LeasePolicy, DEFAULT_DEADLINE_MARGIN, DEFAULT_FIXED_LEASE};
+use crate::step::StepRegistry;
+
+pub const ENV_TABLE: &str = "MEDIAONCE_TABLE";
+pub const ENV_OUTPUT_BUCKET: &str = "MEDIAONCE_OUTPUT_BUCKET";
+pub const ENV_OUTPUT_PREFIX: &str = "MEDIAONCE_OUTPUT_PREFIX";
+pub const ENV_RECIPES: &str = "MEDIAONCE_RECIPES";
+pub const ENV_CONCURRENCY: &str = "MEDIAONCE_CONCURRENCY";
+pub const ENV_LEASE_MARGIN_SECS: &str = "MEDIAONCE_LEASE_MARGIN_SECS";
+pub const ENV_LEASE_SECS: &str = "MEDIAONCE_LEASE_SECS";
+
+pub const DEFAULT_OUTPUT_PREFIX: &str = "derived/";
+pub const DEFAULT_RECIPES: &str = r#"[{"step":"probe","version":1,"params":{}}]"#;
+pub const DEFAULT_CONCURRENCY: usize = 8;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{variable}: {problem}")]
+pub struct ConfigError {
+    pub variable: &'static str,
+    pub problem: String,
+}
+
+fn invalid(variable: &'static str, problem: impl Into<String>) -> ConfigError {
+    ConfigError {
+        variable,
+        problem: problem.into(),
+    }
+}
+
+/// Which objects a recipe applies to, by key prefix and/or suffix.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyMatch {
+    pub prefix: Option<String>,
+    pub suffix: Option<String>,
+}
+
+impl KeyMatch {
+    pub fn matches(&self, key: &str) -> bool {
+        self.prefix.as_deref().is_none_or(|p| key.starts_with(p))
+            && self.suffix.as_deref().is_none_or(|s| key.ends_with(s))
+    }
+}
+
+/// A configured recipe and the objects it applies to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecipeRule {
+    pub recipe: Recipe,
+    /// The recipe hash, computed once.
+    pub recipe_hash: String,
+    pub key_match: KeyMatch,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub table: String,
+    /// `None`: outputs go to the bucket the event names.
+    pub output_bucket: Option<String>,
+    /// Ends with `/` (or is empty).
+    pub output_prefix: String,
+    pub recipes: Vec<RecipeRule>,
+    pub concurrency: usize,
+    pub lease: LeasePolicy,
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env(steps: &StepRegistry) -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok(), steps)
+    }
+
+    /// Reads configuration through `lookup` (the environment, or a map in tests).
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+        steps: &StepRegistry,
+    ) -> Result<Self, ConfigError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let table = get(ENV_TABLE)
+            .ok_or_else(|| invalid(ENV_TABLE, "is required (the DynamoDB table of job claims)"))?;
+        let output_prefix = get(ENV_OUTPUT_PREFIX).unwrap_or_else(|| DEFAULT_OUTPUT_PREFIX.into());
+        if output_prefix.starts_with('/') || !output_prefix.ends_with('/') {
+            return Err(invalid(
+                ENV_OUTPUT_PREFIX,
+                format!("must end with '/' and not start with one, got {output_prefix:?}"),
+            ));
+        }
+        let recipes = parse_recipes(
+            &get(ENV_RECIPES).unwrap_or_else(|| DEFAULT_RECIPES.into()),
+            steps,
+        )?;
+        let concurrency = match get(ENV_CONCURRENCY) {
+            None => DEFAULT_CONCURRENCY,
+            Some(text) => match text.trim().parse::<usize>() {
+                Ok(n) if n > 0 => n,
+                _ => {
+                    return Err(invalid(
+                        ENV_CONCURRENCY,
+                        format!("must be a positive integer, got {text:?}"),
+                    ))
+                }
+            },
+        };
+        let lease = LeasePolicy {
+            deadline_margin: seconds(
+                ENV_LEASE_MARGIN_SECS,
+                get(ENV_LEASE_MARGIN_SECS),
+                DEFAULT_DEADLINE_MARGIN,
+            )?,
+            fixed: seconds(ENV_LEASE_SECS, get(ENV_LEASE_SECS), DEFAULT_FIXED_LEASE)?,
+        };
+        if lease.fixed.is_zero() {
+            return Err(invalid(ENV_LEASE_SECS, "must be more than 0"));
+        }
+        Ok(Config {
+            table,
+            output_bucket: get(ENV_OUTPUT_BUCKET),
+            output_prefix,
+            recipes,
+            concurrency,
+            lease,
+        })
+    }
+
+    /// The bucket a record's outputs go to.
+    pub fn output_bucket_for<'a>(&'a self, event_bucket: &'a str) -> &'a str {
+        self.output_bucket.as_deref().unwrap_or(event_bucket)
+    }
+
+    /// Whether an object is one of our own outputs (the recursion guard).
+    pub fn is_own_output(&self, bucket: &str, key: &str) -> bool {
+        bucket == self.output_bucket_for(bucket) && key.starts_with(&self.output_prefix)
+    }
+
+    /// `<output prefix><job key>/`
+    pub fn job_prefix(&self, job_key: &str) -> String {
+        format!("{}{}/", self.output_prefix, job_key)
+    }
+}
+
+fn seconds(
+    variable: &'static str,
+    text: Option<String>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    match text {
+        None => Ok(default),
+        Some(text) => text
+            .trim()
+            .parse::<u64>()
+            .map(Duration::from_secs)
+            .map_err(|_| {
+                invalid(
+                    variable,
+                    format!("must be a whole number of seconds, got {text:?}"),
+                )
+            }),
+    }
+}
+
+/// Parses `MEDIAONCE_RECIPES`: a JSON array of `{step, version, params, match?}`.
+pub fn parse_recipes(text: &str, steps: &StepRegistry) -> Result<Vec<RecipeRule>, ConfigError> {
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| invalid(ENV_RECIPES, format!("is not valid JSON: {e}")))?;
+    let items = value.as_array().ok_or_else(|| {
+        invalid(
+            ENV_RECIPES,
+            format!("must be a JSON array, got {}", json_type(&value)),
+        )
+    })?;
+    if items.is_empty() {
+        return Err(invalid(ENV_RECIPES, "must name at least one recipe"));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            parse_rule(item, steps)
+                .map_err(|p| invalid(ENV_RECIPES, format!("recipe {index}: {p}")))
+        })
+        .collect()
+}
+
+fn parse_rule(item: &Value, steps: &StepRegistry) -> Result<RecipeRule, String> {
+    let mut object = item
+        .as_object()
+        .cloned()
+        .ok_or_else(|| format!("must be an object, got {}", json_type(item)))?;
+    let key_match = match object.remove("match") {
+        None | Some(Value::Null) => KeyMatch::default(),
+        Some(Value::Object(m)) => {
+            let field = |name: &str| -> Result<Option<String>, String> {
+                match m.get(name) {
+                    None | Some(Value::Null) => Ok(None),
+                    Some(Value::String(s)) => Ok(Some(s.clone())),
+                    Some(other) => Err(format!(
+                        "match.{name} must be a string, got {}",
+                        json_type(other)
+                    )),
+                }
+            };
+            if let Some(unknown) = m
+                .keys()
+                .find(|k| !matches!(k.as_str(), "prefix" | "suffix"))
+            {
+                return Err(format!(
+                    "match has an unknown field {unknown:?} (expected prefix, suffix)"
+                ));
+            }
+            KeyMatch {
+                prefix: field("prefix")?,
+                suffix: field("suffix")?,
+            }
+        }
+        Some(other) => {
+            return Err(format!(
+                "match must be an object, got {}",
+                json_type(&other)
+            ))
+        }
+    };
+    let recipe = Recipe::from_value(&Value::Object(object)).map_err(|e| e.to_string())?;
+    let step = steps.get(&recipe.step).ok_or_else(|| {
+        format!(
+            "unknown step {:?} (known: {})",
+            recipe.step,
+            steps.names().join(", ")
+        )
+    })?;
+    step.check_params(&recipe.params)?;
+    Ok(RecipeRule {
+        recipe_hash: recipe.hash(),
+        recipe,
+        key_match,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|name| map.get(name).cloned(), &StepRegistry::builtin())
+    }
+
+    #[test]
+    fn defaults() {
+        let c = config(&[(ENV_TABLE, "jobs")]).unwrap();
+        assert_eq!(c.output_prefix, "derived/");
+        assert_eq!(c.concurrency, 8);
+        assert_eq!(c.output_bucket, None);
+        assert_eq!(c.recipes.len(), 1);
+        assert_eq!(c.recipes[0].recipe.step, "probe");
+        assert_eq!(c.lease, LeasePolicy::default());
+    }
+
+    #[test]
+    fn errors_name_the_variable() {
+        assert_eq!(config(&[]).unwrap_err().variable, ENV_TABLE);
+        let e = config(&[(ENV_TABLE, "t"), (ENV_CONCURRENCY, "0")]).unwrap_err();
+        assert_eq!(e.variable, ENV_CONCURRENCY);
+        let e = config(&[(ENV_TABLE, "t"), (ENV_OUTPUT_PREFIX, "derived")]).unwrap_err();
+        assert_eq!(e.variable, ENV_OUTPUT_PREFIX);
+        let e = config(&[(ENV_TABLE, "t"), (ENV_LEASE_SECS, "soon")]).unwrap_err();
+        assert_eq!(e.variable, ENV_LEASE_SECS);
+        let e = config(&[
+            (ENV_TABLE, "t"),
+            (ENV_RECIPES, r#"[{"step":"nope","version":1,"params":{}}]"#),
+        ])
+        .unwrap_err();
+        assert_eq!(e.variable, ENV_RECIPES);
+        assert!(e.problem.contains("unknown step \"nope\""), "{}", e.problem);
+        let e = config(&[
+            (ENV_TABLE, "t"),
+            (ENV_RECIPES, r#"[{"step":"probe","version":0,"params":{}}]"#),
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string().starts_with("MEDIAONCE_RECIPES: recipe 0: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn match_selects_by_prefix_and_suffix() {
+        let c = config(&[
+            (ENV_TABLE, "t"),
+            (ENV_RECIPES, r#"[{"step":"probe","version":1,"params":{},"match":{"prefix":"in/","suffix":".jpg"}}]"#),
+        ])
+        .unwrap();
+        let m = &c.recipes[0].key_match;
+        assert!(m.matches("in/a.jpg"));
+        assert!(!m.matches("in/a.png"));
+        assert!(!m.matches("out/a.jpg"));
+    }
+
+    #[test]
+    fn recursion_guard_only_in_the_output_bucket() {
+        let same = config(&[(ENV_TABLE, "t")]).unwrap();
+        assert!(same.is_own_output("media", "derived/abc/probe.json"));
+        assert!(!same.is_own_output("media", "uploads/derived/x"));
+        let separate = config(&[(ENV_TABLE, "t"), (ENV_OUTPUT_BUCKET, "out")]).unwrap();
+        assert!(!separate.is_own_output("media", "derived/abc/probe.json"));
+        assert!(separate.is_own_output("out", "derived/abc/probe.json"));
+    }
+}

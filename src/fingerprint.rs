@@ -1,0 +1,200 @@
+//! The input hash: what identifies an object's bytes. Pure: no I/O (the
+//! HeadObject that feeds it lives in [`crate::store`]).
+//!
+//! Two forms, and the key changes exactly when the bytes can have changed:
+//! - S3's full-object SHA-256 checksum, when the object has one: the hash of
+//!   the bytes themselves, so identical uploads anywhere share a key.
+//! - Otherwise a fingerprint of where the bytes live and which version they
+//!   are: `s3-version-etag\n<bucket>\n<key>\n<version id or empty>\n<ETag>`.
+
+use base64::Engine;
+
+use crate::key::sha256_hex;
+
+/// What HeadObject told us about the object version we will process.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ObjectHead {
+    pub bucket: String,
+    pub key: String,
+    pub version_id: Option<String>,
+    /// Without quotes.
+    pub etag: String,
+    pub size: u64,
+    /// `x-amz-checksum-sha256`, base64 as S3 returns it.
+    pub checksum_sha256: Option<String>,
+    /// `x-amz-checksum-type`: `FULL_OBJECT` or `COMPOSITE`, when S3 said.
+    pub checksum_type: Option<String>,
+    pub content_type: Option<String>,
+}
+
+/// Where an input hash came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FingerprintSource {
+    /// The full-object SHA-256 of the bytes: a step that reads them can check it.
+    Sha256Checksum,
+    /// Bucket, key, version and ETag.
+    VersionEtag,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fingerprint {
+    /// 64 lowercase hex digits.
+    pub input_hash: String,
+    pub source: FingerprintSource,
+}
+
+/// The input hash of an object version.
+pub fn fingerprint(head: &ObjectHead) -> Fingerprint {
+    if let Some(hex) = full_object_sha256_hex(head) {
+        return Fingerprint {
+            input_hash: hex,
+            source: FingerprintSource::Sha256Checksum,
+        };
+    }
+    let text = format!(
+        "s3-version-etag\n{}\n{}\n{}\n{}",
+        head.bucket,
+        head.key,
+        head.version_id.as_deref().unwrap_or(""),
+        head.etag.trim_matches('"'),
+    );
+    Fingerprint {
+        input_hash: sha256_hex(text.as_bytes()),
+        source: FingerprintSource::VersionEtag,
+    }
+}
+
+/// The object's SHA-256 in hex when it is a checksum of the whole object.
+///
+/// A composite (multipart) checksum is a hash of part hashes, not of the
+/// bytes, and two uploads of the same bytes in different part sizes differ:
+/// it is marked `COMPOSITE` and its value ends in `-N`. When S3 does not say
+/// the type (older emulators), a value without `-N` is a full-object one.
+fn full_object_sha256_hex(head: &ObjectHead) -> Option<String> {
+    let value = head.checksum_sha256.as_deref()?;
+    let composite = head.checksum_type.as_deref() == Some("COMPOSITE") || value.contains('-');
+    if composite {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(value)
+        .ok()?;
+    (bytes.len() == 32).then(|| hex::encode(bytes))
+}
+
+/// Whether the object HeadObject found is the one the event announced.
+///
+/// In a versioned bucket we asked for the event's version, so it is. In an
+/// unversioned one, a different ETag means the key was overwritten since the
+/// event: those bytes belong to a later event, and this one is skipped.
+pub fn replaced_since_event(
+    event_etag: Option<&str>,
+    event_version: Option<&str>,
+    head: &ObjectHead,
+) -> bool {
+    match (event_version, event_etag) {
+        (Some(_), _) => false,
+        (None, Some(etag)) => etag.trim_matches('"') != head.etag.trim_matches('"'),
+        (None, None) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head() -> ObjectHead {
+        ObjectHead {
+            bucket: "in".into(),
+            key: "a b.jpg".into(),
+            version_id: Some("v1".into()),
+            etag: "\"d41d8cd98f00b204e9800998ecf8427e\"".into(),
+            size: 0,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn full_object_checksum_is_the_hash_in_hex() {
+        // SHA-256 of the empty string.
+        let h = ObjectHead {
+            checksum_sha256: Some("47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=".into()),
+            checksum_type: Some("FULL_OBJECT".into()),
+            ..head()
+        };
+        let fp = fingerprint(&h);
+        assert_eq!(fp.source, FingerprintSource::Sha256Checksum);
+        assert_eq!(
+            fp.input_hash,
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
+    #[test]
+    fn composite_checksum_falls_back_to_version_and_etag() {
+        let h = ObjectHead {
+            checksum_sha256: Some("47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=-3".into()),
+            ..head()
+        };
+        assert_eq!(fingerprint(&h).source, FingerprintSource::VersionEtag);
+        let typed = ObjectHead {
+            checksum_sha256: Some("47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=".into()),
+            checksum_type: Some("COMPOSITE".into()),
+            ..head()
+        };
+        assert_eq!(fingerprint(&typed).source, FingerprintSource::VersionEtag);
+    }
+
+    #[test]
+    fn version_etag_form_is_documented_string() {
+        let expected =
+            sha256_hex(b"s3-version-etag\nin\na b.jpg\nv1\nd41d8cd98f00b204e9800998ecf8427e");
+        assert_eq!(fingerprint(&head()).input_hash, expected);
+        let unversioned = ObjectHead {
+            version_id: None,
+            ..head()
+        };
+        let expected =
+            sha256_hex(b"s3-version-etag\nin\na b.jpg\n\nd41d8cd98f00b204e9800998ecf8427e");
+        assert_eq!(fingerprint(&unversioned).input_hash, expected);
+    }
+
+    #[test]
+    fn every_part_of_the_fingerprint_changes_the_key() {
+        let base = fingerprint(&head()).input_hash;
+        for changed in [
+            ObjectHead {
+                bucket: "other".into(),
+                ..head()
+            },
+            ObjectHead {
+                key: "a+b.jpg".into(),
+                ..head()
+            },
+            ObjectHead {
+                version_id: Some("v2".into()),
+                ..head()
+            },
+            ObjectHead {
+                etag: "abc".into(),
+                ..head()
+            },
+        ] {
+            assert_ne!(fingerprint(&changed).input_hash, base);
+        }
+    }
+
+    #[test]
+    fn replaced_only_when_unversioned_and_etag_differs() {
+        let h = head();
+        assert!(!replaced_since_event(
+            Some("d41d8cd98f00b204e9800998ecf8427e"),
+            None,
+            &h
+        ));
+        assert!(replaced_since_event(Some("0000"), None, &h));
+        assert!(!replaced_since_event(Some("0000"), Some("v1"), &h));
+        assert!(!replaced_since_event(None, None, &h));
+    }
+}

@@ -1,0 +1,536 @@
+//! The batch handler: an SQS batch of S3 notifications in, the messages that
+//! must come back out (an SQS partial batch response).
+//!
+//! Each message runs in its own task (a panic fails that message alone),
+//! at most `concurrency` at a time. Jobs with the same key in one batch are
+//! claimed once and share the outcome.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use futures::{FutureExt, StreamExt};
+use tokio::sync::OnceCell;
+
+use crate::config::{Config, ConfigError, RecipeRule};
+use crate::event::{parse_body, EventKind, Notification, S3Record};
+use crate::fingerprint::{fingerprint, replaced_since_event, ObjectHead};
+use crate::key::job_key;
+use crate::lease::now_ms;
+use crate::ledger::{Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger, LedgerError};
+use crate::step::{JobInput, JobOutputs, Manifest, StepContext, StepError, StepRegistry};
+use crate::store::{ObjectRef, ObjectStore};
+
+/// What a job came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// This worker ran the step and marked the job done.
+    Ran,
+    /// The job was already done: its output is reused.
+    Reused,
+    /// Another worker holds it (or took it over): the message comes back.
+    Busy,
+    /// The step or a service call failed: the message comes back.
+    Failed,
+    /// Nothing to do: the object is gone or was replaced since the event.
+    Skipped,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ran => "ran",
+            Outcome::Reused => "reused",
+            Outcome::Busy => "busy",
+            Outcome::Failed => "failed",
+            Outcome::Skipped => "skipped",
+        }
+    }
+
+    /// Whether the message carrying this job must be delivered again.
+    pub fn must_retry(self) -> bool {
+        matches!(self, Outcome::Busy | Outcome::Failed)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct JobReport {
+    /// Empty when the object could not be fingerprinted (gone, unreadable).
+    pub job_key: String,
+    pub step: String,
+    pub outcome: Outcome,
+    /// The attempt that ran (or the row's attempts, for reused and busy).
+    pub attempt: u64,
+    pub duration_ms: u64,
+    /// Why it failed or was skipped.
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MessageReport {
+    pub message_id: String,
+    pub jobs: Vec<JobReport>,
+    /// The body could not be used (or the message's task panicked).
+    pub error: Option<String>,
+}
+
+impl MessageReport {
+    pub fn must_retry(&self) -> bool {
+        self.error.is_some() || self.jobs.iter().any(|j| j.outcome.must_retry())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BatchReport {
+    pub messages: Vec<MessageReport>,
+}
+
+impl BatchReport {
+    /// The partial batch response: one failure per message to redeliver.
+    pub fn response(&self) -> SqsBatchResponse {
+        let mut response = SqsBatchResponse::default();
+        for message in self.messages.iter().filter(|m| m.must_retry()) {
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = message.message_id.clone();
+            response.batch_item_failures.push(failure);
+        }
+        response
+    }
+
+    pub fn jobs(&self) -> impl Iterator<Item = &JobReport> {
+        self.messages.iter().flat_map(|m| m.jobs.iter())
+    }
+
+    /// How many jobs came to `outcome`.
+    pub fn count(&self, outcome: Outcome) -> usize {
+        self.jobs().filter(|j| j.outcome == outcome).count()
+    }
+}
+
+/// The invocation a batch arrived in.
+#[derive(Debug, Clone, Default)]
+pub struct Invocation {
+    /// Lambda's request id, or any id of the caller's; part of each owner token.
+    pub request_id: String,
+    /// The invocation deadline in epoch milliseconds, inside Lambda.
+    pub deadline_ms: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("configuration error: {0}")]
+    Config(#[from] ConfigError),
+    #[error("the claim table is not usable: {0}")]
+    Table(#[from] LedgerError),
+}
+
+/// Everything a batch needs: configuration, clients, steps.
+#[derive(Debug)]
+pub struct App {
+    pub config: Config,
+    pub ledger: Ledger,
+    pub store: ObjectStore,
+    pub steps: StepRegistry,
+}
+
+impl App {
+    /// Reads the configuration and builds the AWS clients, then checks the
+    /// table, so that a misconfiguration fails at start-up with its name.
+    pub async fn from_env(steps: StepRegistry) -> Result<Self, StartupError> {
+        let config = Config::from_env(&steps)?;
+        let sdk = crate::aws::load_sdk_config().await;
+        let app = App {
+            ledger: Ledger::new(crate::aws::dynamodb_client(&sdk), config.table.clone()),
+            store: ObjectStore::new(crate::aws::s3_client(&sdk)),
+            config,
+            steps,
+        };
+        app.ledger.check_table().await?;
+        Ok(app)
+    }
+}
+
+/// Jobs seen in this batch, so that one key is claimed once.
+#[derive(Default)]
+struct BatchJobs {
+    jobs: Mutex<HashMap<String, Arc<OnceCell<JobReport>>>>,
+}
+
+impl BatchJobs {
+    fn cell(&self, key: &str) -> Arc<OnceCell<JobReport>> {
+        let mut jobs = self
+            .jobs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        jobs.entry(key.to_string()).or_default().clone()
+    }
+}
+
+/// Handles one SQS batch.
+pub async fn handle_batch(app: Arc<App>, event: SqsEvent, invocation: Invocation) -> BatchReport {
+    let batch = Arc::new(BatchJobs::default());
+    let invocation = Arc::new(invocation);
+    let messages = futures::stream::iter(event.records)
+        .map(|message| {
+            let (app, batch, invocation) = (app.clone(), batch.clone(), invocation.clone());
+            async move {
+                // A message without an id cannot be named in the response;
+                // an empty identifier makes Lambda retry the whole batch,
+                // which loses nothing.
+                let message_id = message.message_id.clone().unwrap_or_default();
+                let task = tokio::spawn(process_message(app, batch, invocation, message));
+                match task.await {
+                    Ok(report) => report,
+                    Err(err) => {
+                        tracing::error!(message_id, error = %err, "message task failed");
+                        MessageReport {
+                            message_id,
+                            jobs: Vec::new(),
+                            error: Some(format!("message task failed: {err}")),
+                        }
+                    }
+                }
+            }
+        })
+        .buffered(app.config.concurrency)
+        .collect()
+        .await;
+    BatchReport { messages }
+}
+
+async fn process_message(
+    app: Arc<App>,
+    batch: Arc<BatchJobs>,
+    invocation: Arc<Invocation>,
+    message: SqsMessage,
+) -> MessageReport {
+    let message_id = message.message_id.unwrap_or_default();
+    let body = message.body.unwrap_or_default();
+    let records = match parse_body(&body) {
+        Ok(Notification::Records(records)) => records,
+        Ok(Notification::TestEvent) => {
+            tracing::info!(message_id, "s3:TestEvent acknowledged");
+            return MessageReport {
+                message_id,
+                jobs: Vec::new(),
+                error: None,
+            };
+        }
+        Err(err) => {
+            tracing::error!(message_id, error = %err, "message body is not a usable S3 notification");
+            return MessageReport {
+                message_id,
+                jobs: Vec::new(),
+                error: Some(err.to_string()),
+            };
+        }
+    };
+    let mut jobs = Vec::new();
+    for record in &records {
+        jobs.extend(process_record(&app, &batch, &invocation, &message_id, record).await);
+    }
+    MessageReport {
+        message_id,
+        jobs,
+        error: None,
+    }
+}
+
+async fn process_record(
+    app: &App,
+    batch: &BatchJobs,
+    invocation: &Invocation,
+    message_id: &str,
+    record: &S3Record,
+) -> Vec<JobReport> {
+    let (bucket, key, event) = (&record.bucket, &record.key, &record.event_name);
+    match record.kind() {
+        EventKind::Created => {}
+        EventKind::Removed => {
+            tracing::info!(
+                message_id,
+                bucket,
+                key,
+                event,
+                "object removed: acknowledged, no job"
+            );
+            return Vec::new();
+        }
+        EventKind::Other => {
+            tracing::info!(
+                message_id,
+                bucket,
+                key,
+                event,
+                "not an ObjectCreated event: acknowledged, no job"
+            );
+            return Vec::new();
+        }
+    }
+    if app.config.is_own_output(bucket, key) {
+        tracing::info!(
+            message_id,
+            bucket,
+            key,
+            "object is one of our outputs: acknowledged, no job (recursion guard)"
+        );
+        return Vec::new();
+    }
+    let rules: Vec<&RecipeRule> = app
+        .config
+        .recipes
+        .iter()
+        .filter(|r| r.key_match.matches(key))
+        .collect();
+    if rules.is_empty() {
+        tracing::info!(
+            message_id,
+            bucket,
+            key,
+            "no recipe matches the key: acknowledged, no job"
+        );
+        return Vec::new();
+    }
+
+    let started = Instant::now();
+    let object = ObjectRef {
+        bucket: bucket.clone(),
+        key: key.clone(),
+        version_id: record.version_id.clone(),
+    };
+    let head = match app.store.head(&object).await {
+        Ok(Some(head))
+            if replaced_since_event(
+                record.etag.as_deref(),
+                record.version_id.as_deref(),
+                &head,
+            ) =>
+        {
+            Err((
+                Outcome::Skipped,
+                format!(
+                    "{object} was replaced since the event (ETag {} is now {})",
+                    record.etag.as_deref().unwrap_or(""),
+                    head.etag
+                ),
+            ))
+        }
+        Ok(Some(head)) => Ok(head),
+        Ok(None) => Err((Outcome::Skipped, format!("{object} is gone (NoSuchKey)"))),
+        Err(err) => Err((Outcome::Failed, err.to_string())),
+    };
+    let head = match head {
+        Ok(head) => head,
+        // No input hash, no key: report each recipe's job without claiming it.
+        Err((outcome, reason)) => {
+            return rules
+                .iter()
+                .map(|rule| {
+                    let report = JobReport {
+                        job_key: String::new(),
+                        step: rule.recipe.step.clone(),
+                        outcome,
+                        attempt: 0,
+                        duration_ms: elapsed_ms(started),
+                        reason: Some(reason.clone()),
+                    };
+                    log_job(&report, message_id, &object);
+                    report
+                })
+                .collect();
+        }
+    };
+
+    let mut reports = Vec::with_capacity(rules.len());
+    for rule in rules {
+        let job_key = job_key(&fingerprint(&head).input_hash, &rule.recipe_hash);
+        let cell = batch.cell(&job_key);
+        let report = cell
+            .get_or_init(|| async {
+                let report = run_job(app, invocation, rule, &job_key, &head).await;
+                log_job(&report, message_id, &object);
+                report
+            })
+            .await
+            .clone();
+        reports.push(report);
+    }
+    reports
+}
+
+/// Claims one job and, when this worker wins it, runs the step.
+async fn run_job(
+    app: &App,
+    invocation: &Invocation,
+    rule: &RecipeRule,
+    job_key: &str,
+    head: &ObjectHead,
+) -> JobReport {
+    let started = Instant::now();
+    let fingerprint = fingerprint(head);
+    let output_bucket = app.config.output_bucket_for(&head.bucket).to_string();
+    let prefix = app.config.job_prefix(job_key);
+    let now = now_ms();
+    let request = ClaimRequest {
+        job_key: job_key.to_string(),
+        step: rule.recipe.step.clone(),
+        input_hash: fingerprint.input_hash.clone(),
+        output_prefix: format!("s3://{output_bucket}/{prefix}"),
+        owner: format!("{}/{}", invocation.request_id, uuid::Uuid::new_v4()),
+        lease_until_ms: app.config.lease.lease_until_ms(now, invocation.deadline_ms),
+        now_ms: now,
+    };
+    let report = |outcome, attempt, reason: Option<String>| JobReport {
+        job_key: job_key.to_string(),
+        step: rule.recipe.step.clone(),
+        outcome,
+        attempt,
+        duration_ms: elapsed_ms(started),
+        reason,
+    };
+    let claim = match app.ledger.claim(&request).await {
+        Err(err) => return report(Outcome::Failed, 0, Some(err.to_string())),
+        Ok(ClaimOutcome::Done(row)) => return report(Outcome::Reused, row.attempts, None),
+        Ok(ClaimOutcome::Busy(row)) => {
+            return report(
+                Outcome::Busy,
+                row.attempts,
+                Some(format!("held until {} ms", row.lease_until_ms)),
+            )
+        }
+        Ok(ClaimOutcome::Run(claim)) => claim,
+    };
+
+    let input = JobInput::new(app.store.clone(), head.clone(), fingerprint);
+    let mut outputs = JobOutputs::new(app.store.clone(), output_bucket, prefix);
+    let result = run_step(app, invocation, rule, job_key, &input, &mut outputs).await;
+    let (outcome, reason) = match &result {
+        Ok(()) => (Outcome::Ran, None),
+        Err(err) => (Outcome::Failed, Some(err.to_string())),
+    };
+    match finish(&app.ledger, &claim, result.err()).await {
+        Ok(()) => report(outcome, claim.attempt, reason),
+        Err(FinishError::LostLease(_)) => report(
+            Outcome::Busy,
+            claim.attempt,
+            Some("lease lost to another worker before finishing; its result stands".into()),
+        ),
+        Err(err) => report(Outcome::Failed, claim.attempt, Some(err.to_string())),
+    }
+}
+
+/// Runs the step and writes the manifest after it. A panicking step is a
+/// failed job, not a lost claim.
+async fn run_step(
+    app: &App,
+    invocation: &Invocation,
+    rule: &RecipeRule,
+    job_key: &str,
+    input: &JobInput,
+    outputs: &mut JobOutputs,
+) -> Result<(), StepError> {
+    let step = app
+        .steps
+        .get(&rule.recipe.step)
+        .ok_or_else(|| StepError::Failed(format!("unknown step {:?}", rule.recipe.step)))?;
+    let context = StepContext {
+        job_key,
+        recipe: &rule.recipe,
+        input,
+        deadline_ms: invocation.deadline_ms,
+    };
+    AssertUnwindSafe(step.run(&context, outputs))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| {
+            Err(StepError::Failed(format!(
+                "step panicked: {}",
+                panic_message(&panic)
+            )))
+        })?;
+    let manifest = Manifest {
+        job_key: job_key.to_string(),
+        input_hash: input.fingerprint.input_hash.clone(),
+        recipe: rule.recipe.to_value(),
+        outputs: outputs.files(),
+    };
+    outputs.write_manifest(&manifest).await
+}
+
+async fn finish(
+    ledger: &Ledger,
+    claim: &Claim,
+    error: Option<StepError>,
+) -> Result<(), FinishError> {
+    match error {
+        None => ledger.finish_done(claim, now_ms()).await,
+        Some(err) => {
+            ledger
+                .finish_failed(claim, &err.to_string(), now_ms())
+                .await
+        }
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic".into())
+}
+
+fn elapsed_ms(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// One log event per job outcome.
+fn log_job(report: &JobReport, message_id: &str, object: &ObjectRef) {
+    let (job_key, step, outcome, attempt, duration_ms) = (
+        report.job_key.as_str(),
+        report.step.as_str(),
+        report.outcome.as_str(),
+        report.attempt,
+        report.duration_ms,
+    );
+    let object = object.to_string();
+    match &report.reason {
+        Some(reason) if report.outcome.must_retry() => {
+            tracing::warn!(
+                job_key,
+                step,
+                outcome,
+                attempt,
+                duration_ms,
+                message_id,
+                object,
+                reason,
+                "job"
+            )
+        }
+        Some(reason) => tracing::info!(
+            job_key,
+            step,
+            outcome,
+            attempt,
+            duration_ms,
+            message_id,
+            object,
+            reason,
+            "job"
+        ),
+        None => tracing::info!(
+            job_key,
+            step,
+            outcome,
+            attempt,
+            duration_ms,
+            message_id,
+            object,
+            "job"
+        ),
+    }
+}

@@ -1,0 +1,27 @@
+//! mediaonce: run each (content, recipe) pair of a media pipeline exactly
+//! once, keyed by content hash, claimed in DynamoDB before any work.
+//!
+//! The modules, from pure to I/O:
+//! - [`key`]: recipes, canonical JSON, job keys;
+//! - [`event`]: SQS bodies carrying S3 notifications;
+//! - [`fingerprint`]: the input hash of an object version;
+//! - [`lease`]: how long a claim lasts;
+//! - [`config`]: configuration from the environment;
+//! - [`ledger`]: the DynamoDB claim ledger;
+//! - [`store`]: the S3 calls;
+//! - [`step`] and [`steps`]: the work, and where its outputs go;
+//! - [`handler`]: an SQS batch in, a partial batch response out.
+//!
+//! DESIGN.md says what is guaranteed and what breaks it.
+
+pub mod aws;
+pub mod config;
+pub mod event;
+pub mod fingerprint;
+pub mod handler;
+pub mod key;
+pub mod lease;
+pub mod ledger;
+pub mod step;
+pub mod steps;
+pub mod store;

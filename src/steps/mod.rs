@@ -1,0 +1,3 @@
+//! The built-in steps.
+
+pub mod probe;

@@ -1,0 +1,160 @@
+//! The object store: the S3 calls mediaonce makes, one method per call and
+//! one error type per operation.
+
+use aws_sdk_s3::error::{DisplayErrorContext, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::ChecksumMode;
+use aws_sdk_s3::Client;
+
+use crate::fingerprint::ObjectHead;
+
+/// Where an object version is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRef {
+    pub bucket: String,
+    pub key: String,
+    pub version_id: Option<String>,
+}
+
+impl std::fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "s3://{}/{}", self.bucket, self.key)?;
+        if let Some(version) = &self.version_id {
+            write!(f, "?versionId={version}")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("HeadObject {object} failed: {message}")]
+pub struct HeadError {
+    pub object: String,
+    pub message: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("GetObject {object} failed: {message}")]
+pub struct GetError {
+    pub object: String,
+    pub message: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("PutObject s3://{bucket}/{key} failed: {message}")]
+pub struct PutError {
+    pub bucket: String,
+    pub key: String,
+    pub message: String,
+}
+
+fn describe<E: std::error::Error + 'static, R: std::fmt::Debug>(err: &SdkError<E, R>) -> String {
+    DisplayErrorContext(err).to_string()
+}
+
+#[derive(Debug, Clone)]
+pub struct ObjectStore {
+    client: Client,
+}
+
+impl ObjectStore {
+    pub fn new(client: Client) -> Self {
+        ObjectStore { client }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// HeadObject of exactly the named version, with its checksum.
+    /// `Ok(None)` when the object or version does not exist (any more).
+    pub async fn head(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError> {
+        let result = self
+            .client
+            .head_object()
+            .bucket(&object.bucket)
+            .key(&object.key)
+            .set_version_id(object.version_id.clone())
+            .checksum_mode(ChecksumMode::Enabled)
+            .send()
+            .await;
+        let output = match result {
+            Ok(output) => output,
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_not_found()) => {
+                return Ok(None)
+            }
+            Err(err)
+                if err
+                    .raw_response()
+                    .is_some_and(|r| r.status().as_u16() == 404) =>
+            {
+                return Ok(None)
+            }
+            Err(err) => {
+                return Err(HeadError {
+                    object: object.to_string(),
+                    message: describe(&err),
+                })
+            }
+        };
+        Ok(Some(ObjectHead {
+            bucket: object.bucket.clone(),
+            key: object.key.clone(),
+            version_id: object.version_id.clone().or_else(|| {
+                output
+                    .version_id()
+                    .filter(|v| *v != "null")
+                    .map(str::to_string)
+            }),
+            etag: output
+                .e_tag()
+                .unwrap_or_default()
+                .trim_matches('"')
+                .to_string(),
+            size: output.content_length().unwrap_or(0).max(0) as u64,
+            checksum_sha256: output.checksum_sha256().map(str::to_string),
+            checksum_type: output.checksum_type().map(|t| t.as_str().to_string()),
+            content_type: output.content_type().map(str::to_string),
+        }))
+    }
+
+    /// A stream of the object version's bytes.
+    pub async fn get(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
+        self.client
+            .get_object()
+            .bucket(&object.bucket)
+            .key(&object.key)
+            .set_version_id(object.version_id.clone())
+            .send()
+            .await
+            .map(|output| output.body)
+            .map_err(|err| GetError {
+                object: object.to_string(),
+                message: describe(&err),
+            })
+    }
+
+    /// Writes an object, replacing any earlier one at the key.
+    pub async fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        content_type: &str,
+        body: ByteStream,
+    ) -> Result<(), PutError> {
+        self.client
+            .put_object()
+            .bucket(bucket)
+            .key(key)
+            .content_type(content_type)
+            .body(body)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|err| PutError {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+                message: describe(&err),
+            })
+    }
+}

@@ -1,0 +1,134 @@
+//! The `mediaonce key` command, run as a user would.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+const HASH: &str = "d3ed8df4538a400c1f7ccc64fe52aa6daeb113ee220407cd17e35adeb810e3b1";
+
+fn mediaonce(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mediaonce"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mediaonce runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn key_prints_the_reference_key() {
+    let out = mediaonce(
+        &[
+            "key",
+            "--input-hash",
+            HASH,
+            "--recipe",
+            r#"{"params":{"｡half":"h264","tab\tkey":"🎬 clap","height":[]},"version":3,"step":"captions"}"#,
+        ],
+        "",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "43f8b3439bf791d05d1956e6568c1a7fee92da46c564f1ff12509e3e5dcb23ed\n"
+    );
+}
+
+#[test]
+fn bad_recipes_exit_2_naming_the_problem() {
+    let cases = [
+        ("[]", "must be a JSON object"),
+        ("{", "not valid JSON"),
+        (r#"{"version":1,"params":{}}"#, "no \"step\""),
+        (
+            r#"{"step":"probe","version":0,"params":{}}"#,
+            "positive integer",
+        ),
+        (
+            r#"{"step":"probe","version":1,"params":[]}"#,
+            "\"params\" must be a JSON object",
+        ),
+    ];
+    for (recipe, needle) in cases {
+        let out = mediaonce(&["key", "--input-hash", HASH, "--recipe", recipe], "");
+        assert_eq!(out.status.code(), Some(2), "{recipe}");
+        assert!(
+            text(&out.stderr).contains(needle),
+            "{recipe}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn jsonl_prints_one_key_per_line_in_order() {
+    let vectors = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/vectors/seed-job-keys.jsonl"),
+    )
+    .expect("reference vectors");
+    let expected: Vec<String> = vectors
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["job_key"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let out = mediaonce(&["key", "--jsonl"], &vectors);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let got: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn jsonl_names_the_bad_line() {
+    let input = format!(
+        "{{\"input_hash\":\"{HASH}\",\"recipe_json\":\"{{\\\"step\\\":\\\"probe\\\",\\\"version\\\":1,\\\"params\\\":{{}}}}\"}}\n\
+         {{\"input_hash\":\"{HASH}\",\"recipe_json\":\"{{\\\"step\\\":\\\"probe\\\",\\\"version\\\":-1,\\\"params\\\":{{}}}}\"}}\n"
+    );
+    let out = mediaonce(&["key", "--jsonl"], &input);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stdout).lines().count(),
+        1,
+        "the good line's key is printed"
+    );
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("line 2") && err.contains("positive integer"),
+        "{err}"
+    );
+}
+
+#[test]
+fn empty_input_hash_exits_2() {
+    let out = mediaonce(
+        &[
+            "key",
+            "--input-hash",
+            "",
+            "--recipe",
+            r#"{"step":"probe","version":1,"params":{}}"#,
+        ],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("input hash is empty"),
+        "{}",
+        text(&out.stderr)
+    );
+}
