@@ -69,6 +69,19 @@ pub struct JobReport {
     pub reason: Option<String>,
 }
 
+impl JobReport {
+    /// The report for another message of the batch that carries the same
+    /// job: the step ran once, for the first; the others reuse its output.
+    fn seen_again(&self) -> JobReport {
+        let mut report = self.clone();
+        if report.outcome == Outcome::Ran {
+            report.outcome = Outcome::Reused;
+            report.reason = Some("ran for an earlier message of this batch".into());
+        }
+        report
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct MessageReport {
     pub message_id: String,
@@ -348,15 +361,20 @@ async fn process_record(
     for rule in rules {
         let job_key = job_key(&fingerprint(&head).input_hash, &rule.recipe_hash);
         let cell = batch.cell(&job_key);
+        let mut ran_here = false;
         let report = cell
             .get_or_init(|| async {
+                ran_here = true;
                 let report = run_job(app, invocation, rule, &job_key, &head).await;
                 log_job(&report, message_id, &object);
                 report
             })
-            .await
-            .clone();
-        reports.push(report);
+            .await;
+        reports.push(if ran_here {
+            report.clone()
+        } else {
+            report.seen_again()
+        });
     }
     reports
 }

@@ -123,7 +123,7 @@ fn positive_integer(value: &Value) -> Option<u64> {
         return (n > 0).then_some(n);
     }
     let f = number.as_f64()?;
-    let exact = f.fract() == 0.0 && f >= 1.0 && f <= MAX_SAFE_INTEGER;
+    let exact = f.fract() == 0.0 && (1.0..=MAX_SAFE_INTEGER).contains(&f);
     exact.then_some(f as u64)
 }
 

@@ -54,7 +54,7 @@ fn millis(d: Duration) -> u64 {
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| millis(d))
+        .map(millis)
         .unwrap_or(0)
 }
 

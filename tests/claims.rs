@@ -1,0 +1,252 @@
+//! The claim state machine on DynamoDB (moto, or LocalStack in Docker):
+//! busy, takeover, retry after failure, and the fencing of stale owners.
+
+mod common;
+
+use common::{create_table, unique, Options, Pipeline};
+use mediaonce::handler::Outcome;
+use mediaonce::key::{job_key, sha256_hex};
+use mediaonce::lease::now_ms;
+use mediaonce::ledger::{ClaimOutcome, ClaimRequest, FinishError, JobRow, JobStatus, Ledger};
+
+const BYTES: &[u8] = b"claimed bytes";
+
+/// A pipeline with one uploaded object, its message, and its job key.
+async fn one_upload() -> (Pipeline, aws_lambda_events::event::sqs::SqsMessage, String) {
+    let p = Pipeline::new(Options {
+        recipes: Some(r#"[{"step":"counted-probe","version":1,"params":{}}]"#.into()),
+        ..Options::default()
+    })
+    .await;
+    p.put("object.bin", BYTES, true).await;
+    let message = p.receive(1).await.remove(0);
+    let key = job_key(&sha256_hex(BYTES), &p.app.config.recipes[0].recipe_hash);
+    (p, message, key)
+}
+
+/// Writes a row as another worker would have left it.
+async fn seed(
+    p: &Pipeline,
+    key: &str,
+    status: JobStatus,
+    lease_until_ms: u64,
+    error: Option<&str>,
+) -> JobRow {
+    let row = JobRow {
+        job_key: key.to_string(),
+        step: "counted-probe".into(),
+        input_hash: sha256_hex(BYTES),
+        status,
+        lease_until_ms,
+        attempts: 1,
+        owner: "another-worker/1".into(),
+        output_prefix: format!("s3://{}/derived/{key}/", p.output_bucket),
+        error: error.map(str::to_string),
+        updated_at_ms: now_ms() - 1_000,
+    };
+    p.dynamodb
+        .put_item()
+        .table_name(&p.table)
+        .set_item(Some(row.to_item()))
+        .send()
+        .await
+        .expect("seed row");
+    row
+}
+
+#[tokio::test]
+async fn a_live_lease_elsewhere_is_busy_and_leaves_the_row_untouched() {
+    let (p, message, key) = one_upload().await;
+    let seeded = seed(&p, &key, JobStatus::Running, now_ms() + 600_000, None).await;
+    let calls_before = p.ledger_calls.get();
+    let report = p.handle(vec![message.clone()]).await;
+    assert_eq!(
+        report.jobs().map(|j| j.outcome).collect::<Vec<_>>(),
+        vec![Outcome::Busy]
+    );
+    let failures = report.response().batch_item_failures;
+    assert_eq!(failures.len(), 1);
+    assert_eq!(
+        Some(failures[0].item_identifier.clone()),
+        message.message_id
+    );
+    assert_eq!(p.ledger_calls.get() - calls_before, 1, "busy: one claim");
+    assert_eq!(p.counted.runs(), 0);
+    assert_eq!(p.row(&key).await.unwrap(), seeded);
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_taken_over() {
+    let (p, message, key) = one_upload().await;
+    seed(&p, &key, JobStatus::Running, now_ms() - 1, None).await;
+    let calls_before = p.ledger_calls.get();
+    let report = p.handle(vec![message]).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!((job.outcome, job.attempt), (Outcome::Ran, 2), "{job:?}");
+    assert!(report.response().batch_item_failures.is_empty());
+    assert_eq!(
+        p.ledger_calls.get() - calls_before,
+        3,
+        "takeover: claim, update, finish"
+    );
+    assert_eq!(p.counted.runs(), 1);
+    let row = p.row(&key).await.unwrap();
+    assert_eq!((row.status, row.attempts), (JobStatus::Done, 2));
+    assert_ne!(row.owner, "another-worker/1");
+}
+
+#[tokio::test]
+async fn a_failed_job_is_retried() {
+    let (p, message, key) = one_upload().await;
+    seed(
+        &p,
+        &key,
+        JobStatus::Failed,
+        now_ms() + 600_000,
+        Some("earlier failure"),
+    )
+    .await;
+    let report = p.handle(vec![message]).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!((job.outcome, job.attempt), (Outcome::Ran, 2), "{job:?}");
+    let row = p.row(&key).await.unwrap();
+    assert_eq!(
+        (row.status, row.attempts, row.error),
+        (JobStatus::Done, 2, None)
+    );
+}
+
+fn request(key: &str, owner: &str, lease_until_ms: u64) -> ClaimRequest {
+    ClaimRequest {
+        job_key: key.to_string(),
+        step: "probe".into(),
+        input_hash: "i".repeat(64),
+        output_prefix: format!("s3://out/derived/{key}/"),
+        owner: owner.to_string(),
+        lease_until_ms,
+        now_ms: now_ms(),
+    }
+}
+
+async fn ledger() -> Ledger {
+    let sdk = mediaonce::aws::load_sdk_config().await;
+    let client = mediaonce::aws::dynamodb_client(&sdk);
+    let table = unique("ledger");
+    create_table(&client, &table).await;
+    Ledger::new(client, table)
+}
+
+#[tokio::test]
+async fn a_stale_owner_cannot_finish_over_its_successor() {
+    let ledger = ledger().await;
+    let key = "k".repeat(64);
+    // A claims with a lease that has already run out (its worker stalled).
+    let ClaimOutcome::Run(stale) = ledger
+        .claim(&request(&key, "A", now_ms() - 1))
+        .await
+        .unwrap()
+    else {
+        panic!("first claim runs");
+    };
+    // B takes over.
+    let ClaimOutcome::Run(fresh) = ledger
+        .claim(&request(&key, "B", now_ms() + 600_000))
+        .await
+        .unwrap()
+    else {
+        panic!("expired lease is taken over");
+    };
+    assert_eq!((stale.attempt, fresh.attempt), (1, 2));
+    // A wakes up: neither done nor failed is recorded over B.
+    assert!(matches!(
+        ledger.finish_done(&stale, now_ms()).await,
+        Err(FinishError::LostLease(_))
+    ));
+    assert!(matches!(
+        ledger.finish_failed(&stale, "late", now_ms()).await,
+        Err(FinishError::LostLease(_))
+    ));
+    let row = ledger.get(&key).await.unwrap().unwrap();
+    assert_eq!((row.status, row.owner.as_str()), (JobStatus::Running, "B"));
+    // C arrives while B's lease is live: busy, and B finishes.
+    assert!(matches!(
+        ledger
+            .claim(&request(&key, "C", now_ms() + 600_000))
+            .await
+            .unwrap(),
+        ClaimOutcome::Busy(_)
+    ));
+    ledger.finish_done(&fresh, now_ms()).await.unwrap();
+    let row = ledger.get(&key).await.unwrap().unwrap();
+    assert_eq!((row.status, row.attempts), (JobStatus::Done, 2));
+    assert!(matches!(
+        ledger
+            .claim(&request(&key, "D", now_ms() + 600_000))
+            .await
+            .unwrap(),
+        ClaimOutcome::Done(_)
+    ));
+}
+
+#[tokio::test]
+async fn a_lost_takeover_race_is_busy_never_a_second_run() {
+    let ledger = ledger().await;
+    let key = "r".repeat(64);
+    let ClaimOutcome::Run(first) = ledger
+        .claim(&request(&key, "A", now_ms() + 600_000))
+        .await
+        .unwrap()
+    else {
+        panic!("first claim runs");
+    };
+    ledger
+        .finish_failed(&first, "boom", now_ms())
+        .await
+        .unwrap();
+    // Many workers see the failed row at once; one takes it over.
+    let claims: Vec<_> = (0..8)
+        .map(|i| {
+            let ledger = ledger.clone();
+            let req = request(&key, &format!("W{i}"), now_ms() + 600_000);
+            tokio::spawn(async move { ledger.claim(&req).await.unwrap() })
+        })
+        .collect();
+    let mut runs = 0;
+    for claim in claims {
+        match claim.await.unwrap() {
+            ClaimOutcome::Run(c) => {
+                runs += 1;
+                assert_eq!(c.attempt, 2);
+            }
+            ClaimOutcome::Busy(_) => {}
+            ClaimOutcome::Done(row) => panic!("not done yet: {row:?}"),
+        }
+    }
+    assert_eq!(runs, 1);
+    let row = ledger.get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        row.error.as_deref(),
+        Some("boom"),
+        "the last error stays until the job is done"
+    );
+}
+
+#[tokio::test]
+async fn long_errors_are_cut_to_2000_characters() {
+    let ledger = ledger().await;
+    let key = "e".repeat(64);
+    let ClaimOutcome::Run(claim) = ledger
+        .claim(&request(&key, "A", now_ms() + 600_000))
+        .await
+        .unwrap()
+    else {
+        panic!("claim runs");
+    };
+    ledger
+        .finish_failed(&claim, &"é".repeat(5_000), now_ms())
+        .await
+        .unwrap();
+    let row = ledger.get(&key).await.unwrap().unwrap();
+    assert_eq!(row.status, JobStatus::Failed);
+    assert_eq!(row.error.unwrap().chars().count(), 2_000);
+}

@@ -1,0 +1,468 @@
+//! A real pipeline on the emulators for each test: a bucket whose
+//! notifications go to a queue, a claim table, and the handler's `App`.
+//! Every name is unique, so tests run in parallel without sharing state.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept};
+use aws_sdk_dynamodb::error::BoxError;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{
+    BucketVersioningStatus, ChecksumAlgorithm, Event, NotificationConfiguration,
+    QueueConfiguration, VersioningConfiguration,
+};
+use aws_sdk_sqs::types::QueueAttributeName;
+use mediaonce::config::{Config, ENV_OUTPUT_BUCKET, ENV_RECIPES, ENV_TABLE};
+use mediaonce::handler::{handle_batch, App, BatchReport, Invocation};
+use mediaonce::ledger::{JobRow, Ledger};
+use mediaonce::step::{JobOutputs, Step, StepContext, StepError, StepRegistry};
+use mediaonce::steps::probe::Probe;
+use mediaonce::store::ObjectStore;
+
+/// Counts DynamoDB calls made through a client (one per operation, not per
+/// retry attempt).
+#[derive(Debug, Default, Clone)]
+pub struct CallCounter(Arc<AtomicUsize>);
+
+impl CallCounter {
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl Intercept for CallCounter {
+    fn name(&self) -> &'static str {
+        "CallCounter"
+    }
+
+    fn read_before_execution(
+        &self,
+        _context: &BeforeSerializationInterceptorContextRef<'_>,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// The probe step under another name, counting how often it runs: what
+/// "exactly once" is about is step executions, not reported outcomes.
+#[derive(Debug, Default, Clone)]
+pub struct CountedProbe(Arc<AtomicUsize>);
+
+impl CountedProbe {
+    pub const NAME: &'static str = "counted-probe";
+
+    pub fn runs(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait::async_trait]
+impl Step for CountedProbe {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    async fn run(
+        &self,
+        context: &StepContext<'_>,
+        outputs: &mut JobOutputs,
+    ) -> Result<(), StepError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Probe.run(context, outputs).await
+    }
+}
+
+/// A name no other test uses, valid for buckets, queues and tables.
+pub fn unique(prefix: &str) -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "{prefix}-{}-{}-{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+#[derive(Default)]
+pub struct Options {
+    pub versioned: bool,
+    /// A separate output bucket; by default outputs go to the input bucket.
+    pub separate_output_bucket: bool,
+    pub recipes: Option<String>,
+}
+
+pub struct Pipeline {
+    pub s3: aws_sdk_s3::Client,
+    pub sqs: aws_sdk_sqs::Client,
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub bucket: String,
+    pub output_bucket: String,
+    pub queue_url: String,
+    pub queue_arn: String,
+    pub table: String,
+    pub app: Arc<App>,
+    /// Counts the DynamoDB calls the handler's ledger makes.
+    pub ledger_calls: CallCounter,
+    /// Runs of the `counted-probe` step.
+    pub counted: CountedProbe,
+}
+
+fn require_emulators() {
+    if std::env::var_os("AWS_ENDPOINT_URL").is_none() {
+        panic!(
+            "integration tests need the emulators: run `make test`, or start them with \
+             `scripts/emulators.sh start` and `eval \"$(scripts/emulators.sh env)\"`"
+        );
+    }
+}
+
+impl Pipeline {
+    pub async fn new(options: Options) -> Pipeline {
+        require_emulators();
+        let sdk = mediaonce::aws::load_sdk_config().await;
+        let s3 = mediaonce::aws::s3_client(&sdk);
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let dynamodb = mediaonce::aws::dynamodb_client(&sdk);
+        let ledger_calls = CallCounter::default();
+        let counted_dynamodb = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&sdk)
+                .interceptor(ledger_calls.clone())
+                .build(),
+        );
+
+        let bucket = unique("in");
+        let table = unique("jobs");
+        let queue_name = unique("q");
+        s3.create_bucket()
+            .bucket(&bucket)
+            .send()
+            .await
+            .expect("create bucket");
+        if options.versioned {
+            s3.put_bucket_versioning()
+                .bucket(&bucket)
+                .versioning_configuration(
+                    VersioningConfiguration::builder()
+                        .status(BucketVersioningStatus::Enabled)
+                        .build(),
+                )
+                .send()
+                .await
+                .expect("enable versioning");
+        }
+        let output_bucket = if options.separate_output_bucket {
+            let out = unique("out");
+            s3.create_bucket()
+                .bucket(&out)
+                .send()
+                .await
+                .expect("create output bucket");
+            out
+        } else {
+            bucket.clone()
+        };
+
+        let queue_url = sqs
+            .create_queue()
+            .queue_name(&queue_name)
+            .attributes(QueueAttributeName::VisibilityTimeout, "30")
+            .send()
+            .await
+            .expect("create queue")
+            .queue_url
+            .expect("queue url");
+        let queue_arn = sqs
+            .get_queue_attributes()
+            .queue_url(&queue_url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .expect("queue attributes")
+            .attributes
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+            .expect("queue arn");
+        s3.put_bucket_notification_configuration()
+            .bucket(&bucket)
+            .notification_configuration(
+                NotificationConfiguration::builder()
+                    .queue_configurations(
+                        QueueConfiguration::builder()
+                            .queue_arn(&queue_arn)
+                            .events(Event::S3ObjectCreated)
+                            .events(Event::S3ObjectRemoved)
+                            .build()
+                            .expect("queue configuration"),
+                    )
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("bucket notifications");
+
+        create_table(&dynamodb, &table).await;
+
+        let mut vars = HashMap::from([(ENV_TABLE.to_string(), table.clone())]);
+        if options.separate_output_bucket {
+            vars.insert(ENV_OUTPUT_BUCKET.into(), output_bucket.clone());
+        }
+        if let Some(recipes) = options.recipes {
+            vars.insert(ENV_RECIPES.into(), recipes);
+        }
+        let counted = CountedProbe::default();
+        let mut steps = StepRegistry::builtin();
+        steps.register(Arc::new(counted.clone()));
+        let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps).expect("config");
+        let app = Arc::new(App {
+            config,
+            ledger: Ledger::new(counted_dynamodb, table.clone()),
+            store: ObjectStore::new(s3.clone()),
+            steps,
+        });
+        app.ledger.check_table().await.expect("table is usable");
+
+        Pipeline {
+            s3,
+            sqs,
+            dynamodb,
+            bucket,
+            output_bucket,
+            queue_url,
+            queue_arn,
+            table,
+            app,
+            ledger_calls,
+            counted,
+        }
+    }
+
+    /// Uploads an object; with `sha256`, S3 stores its full-object SHA-256.
+    pub async fn put(
+        &self,
+        key: &str,
+        bytes: &[u8],
+        sha256: bool,
+    ) -> aws_sdk_s3::operation::put_object::PutObjectOutput {
+        let mut put = self
+            .s3
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(ByteStream::from(bytes.to_vec()));
+        if sha256 {
+            put = put.checksum_algorithm(ChecksumAlgorithm::Sha256);
+        }
+        put.send().await.expect("put object")
+    }
+
+    /// Receives at least `count` S3 event messages (not test events) from
+    /// the real queue, long-polling. Test events are deleted.
+    pub async fn receive(&self, count: usize) -> Vec<SqsMessage> {
+        let mut got = Vec::new();
+        for _ in 0..30 {
+            if got.len() >= count {
+                break;
+            }
+            let output = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.queue_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .send()
+                .await
+                .expect("receive");
+            for message in output.messages.unwrap_or_default() {
+                let body = message.body.clone().unwrap_or_default();
+                if body.contains("s3:TestEvent") {
+                    self.delete(&message.receipt_handle.clone().unwrap_or_default())
+                        .await;
+                    continue;
+                }
+                got.push(self.lambda_message(message));
+            }
+        }
+        assert!(
+            got.len() >= count,
+            "expected {count} messages, received {}",
+            got.len()
+        );
+        got
+    }
+
+    /// Receives whatever is there, including test events, until the queue
+    /// answers empty once.
+    pub async fn receive_all(&self) -> Vec<SqsMessage> {
+        let mut got = Vec::new();
+        loop {
+            let output = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.queue_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .send()
+                .await
+                .expect("receive");
+            let messages = output.messages.unwrap_or_default();
+            if messages.is_empty() {
+                return got;
+            }
+            got.extend(messages.into_iter().map(|m| self.lambda_message(m)));
+        }
+    }
+
+    async fn delete(&self, receipt_handle: &str) {
+        self.sqs
+            .delete_message()
+            .queue_url(&self.queue_url)
+            .receipt_handle(receipt_handle)
+            .send()
+            .await
+            .expect("delete message");
+    }
+
+    /// Sends a raw body to the queue and receives it back as Lambda would see it.
+    pub async fn send_raw(&self, body: &str) -> SqsMessage {
+        let id = self
+            .sqs
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(body)
+            .send()
+            .await
+            .expect("send")
+            .message_id
+            .expect("message id");
+        for _ in 0..30 {
+            let output = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.queue_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .send()
+                .await
+                .expect("receive");
+            for message in output.messages.unwrap_or_default() {
+                if message.message_id.as_deref() == Some(id.as_str()) {
+                    return self.lambda_message(message);
+                }
+            }
+        }
+        panic!("sent message {id} never arrived");
+    }
+
+    /// An SQS message as the Lambda event source mapping delivers it.
+    fn lambda_message(&self, message: aws_sdk_sqs::types::Message) -> SqsMessage {
+        let mut lambda = SqsMessage::default();
+        lambda.message_id = message.message_id;
+        lambda.receipt_handle = message.receipt_handle;
+        lambda.body = message.body;
+        lambda.md5_of_body = message.md5_of_body;
+        lambda.event_source = Some("aws:sqs".into());
+        lambda.event_source_arn = Some(self.queue_arn.clone());
+        lambda.aws_region = Some("us-east-1".into());
+        lambda
+    }
+
+    pub async fn handle(&self, messages: Vec<SqsMessage>) -> BatchReport {
+        handle_with(self.app.clone(), messages).await
+    }
+
+    pub async fn row(&self, job_key: &str) -> Option<JobRow> {
+        Ledger::new(self.dynamodb.clone(), self.table.clone())
+            .get(job_key)
+            .await
+            .expect("get row")
+    }
+
+    pub async fn output(&self, key: &str) -> Vec<u8> {
+        self.s3
+            .get_object()
+            .bucket(&self.output_bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("get s3://{}/{key}: {e:?}", self.output_bucket))
+            .body
+            .collect()
+            .await
+            .expect("read body")
+            .into_bytes()
+            .to_vec()
+    }
+
+    pub async fn output_keys(&self, prefix: &str) -> Vec<String> {
+        let listing = self
+            .s3
+            .list_objects_v2()
+            .bucket(&self.output_bucket)
+            .prefix(prefix)
+            .send()
+            .await
+            .expect("list");
+        let mut keys: Vec<String> = listing
+            .contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_string))
+            .collect();
+        keys.sort();
+        keys
+    }
+}
+
+pub async fn handle_with(app: Arc<App>, messages: Vec<SqsMessage>) -> BatchReport {
+    let mut event = SqsEvent::default();
+    event.records = messages;
+    let invocation = Invocation {
+        request_id: unique("req"),
+        // As inside Lambda: a deadline a minute away.
+        deadline_ms: Some(mediaonce::lease::now_ms() + 60_000),
+    };
+    handle_batch(app, event, invocation).await
+}
+
+pub async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, table: &str) {
+    dynamodb
+        .create_table()
+        .table_name(table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("job_key")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("job_key")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .expect("create table");
+    // Real DynamoDB creates tables asynchronously; the emulators answer ACTIVE at once.
+    let waiter_timeout = Duration::from_secs(60);
+    aws_sdk_dynamodb::client::Waiters::wait_until_table_exists(dynamodb)
+        .table_name(table)
+        .wait(waiter_timeout)
+        .await
+        .expect("table becomes active");
+}

@@ -1,0 +1,383 @@
+//! The handler end to end on the emulators: real objects, real S3 → SQS
+//! notifications, real claims in DynamoDB.
+
+mod common;
+
+use common::{handle_with, Options, Pipeline};
+use mediaonce::handler::Outcome;
+use mediaonce::key::{job_key, sha256_hex};
+use mediaonce::ledger::JobStatus;
+use mediaonce::step::Manifest;
+use serde_json::Value;
+
+/// The probe step under a name whose executions the tests count.
+const COUNTED: &str = r#"[{"step":"counted-probe","version":1,"params":{}}]"#;
+
+const PNG_3X2: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x03\0\0\0\x02\x08\x06\0\0\0\0\0\0\0";
+
+fn probe_recipe_hash(pipeline: &Pipeline) -> String {
+    pipeline.app.config.recipes[0].recipe_hash.clone()
+}
+
+fn outcomes(report: &mediaonce::handler::BatchReport) -> Vec<Outcome> {
+    report.jobs().map(|j| j.outcome).collect()
+}
+
+fn failures(report: &mediaonce::handler::BatchReport) -> Vec<String> {
+    report
+        .response()
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn first_run_writes_outputs_and_a_done_row_then_a_duplicate_reuses_them() {
+    let p = Pipeline::new(Options::default()).await;
+    p.put("photos/cat.png", PNG_3X2, true).await;
+    let messages = p.receive(1).await;
+
+    let calls_before = p.ledger_calls.get();
+    let first = p.handle(messages.clone()).await;
+    assert_eq!(outcomes(&first), vec![Outcome::Ran], "{first:?}");
+    assert!(failures(&first).is_empty());
+    assert_eq!(
+        p.ledger_calls.get() - calls_before,
+        2,
+        "first run: claim + finish"
+    );
+
+    // The input hash is the object's own SHA-256 (full-object checksum).
+    let key = job_key(&sha256_hex(PNG_3X2), &probe_recipe_hash(&p));
+    let job = first.jobs().next().unwrap();
+    assert_eq!(job.job_key, key);
+    assert_eq!(job.attempt, 1);
+    let row = p.row(&key).await.expect("row");
+    assert_eq!(row.status, JobStatus::Done);
+    assert_eq!(row.attempts, 1);
+    assert_eq!(
+        row.output_prefix,
+        format!("s3://{}/derived/{key}/", p.output_bucket)
+    );
+
+    let probe: Value =
+        serde_json::from_slice(&p.output(&format!("derived/{key}/probe.json")).await).unwrap();
+    assert_eq!(probe["bucket"], p.bucket.as_str());
+    assert_eq!(probe["key"], "photos/cat.png");
+    assert_eq!(probe["size"], PNG_3X2.len());
+    assert_eq!(probe["sha256"], sha256_hex(PNG_3X2));
+    assert_eq!(probe["content_type"], "image/png");
+    assert_eq!(
+        (probe["width"].as_u64(), probe["height"].as_u64()),
+        (Some(3), Some(2))
+    );
+    assert!(probe["version_id"].is_null());
+
+    let manifest_bytes = p.output(&format!("derived/{key}/_manifest.json")).await;
+    let manifest: Manifest = serde_json::from_slice(&manifest_bytes).unwrap();
+    assert_eq!(manifest.job_key, key);
+    assert_eq!(
+        manifest.recipe,
+        serde_json::json!({"step": "probe", "version": 1, "params": {}})
+    );
+    assert_eq!(manifest.outputs.len(), 1);
+    let probe_bytes = p.output(&format!("derived/{key}/probe.json")).await;
+    assert_eq!(manifest.outputs[0].name, "probe.json");
+    assert_eq!(manifest.outputs[0].size, probe_bytes.len() as u64);
+    assert_eq!(manifest.outputs[0].sha256, sha256_hex(&probe_bytes));
+
+    // The same message again (SQS redelivery): reused, one DynamoDB call, row untouched.
+    let calls_before = p.ledger_calls.get();
+    let again = p.handle(messages).await;
+    assert_eq!(outcomes(&again), vec![Outcome::Reused]);
+    assert!(failures(&again).is_empty());
+    assert_eq!(
+        p.ledger_calls.get() - calls_before,
+        1,
+        "duplicate: one claim"
+    );
+    assert_eq!(p.row(&key).await.unwrap(), row);
+}
+
+#[tokio::test]
+async fn identical_bytes_share_one_key_and_run_once() {
+    let p = Pipeline::new(Options::default()).await;
+    let bytes = b"the same bytes, uploaded by two people";
+    p.put("alice/clip.bin", bytes, true).await;
+    p.put("bob/copy.bin", bytes, true).await;
+    let messages = p.receive(2).await;
+
+    // Delivered in two batches: the second reuses the first's output.
+    let first = p.handle(vec![messages[0].clone()]).await;
+    let second = p.handle(vec![messages[1].clone()]).await;
+    assert_eq!(outcomes(&first), vec![Outcome::Ran]);
+    assert_eq!(outcomes(&second), vec![Outcome::Reused]);
+    let key = job_key(&sha256_hex(bytes), &probe_recipe_hash(&p));
+    assert_eq!(first.jobs().next().unwrap().job_key, key);
+    assert_eq!(second.jobs().next().unwrap().job_key, key);
+
+    // In one batch: claimed once, the other message shares the outcome.
+    let together = p.handle(messages).await;
+    assert_eq!(together.count(Outcome::Ran), 0, "already done");
+    let q = Pipeline::new(Options::default()).await;
+    q.put("a.bin", bytes, true).await;
+    q.put("b.bin", bytes, true).await;
+    let messages = q.receive(2).await;
+    let calls_before = q.ledger_calls.get();
+    let one_batch = q.handle(messages).await;
+    assert_eq!(one_batch.count(Outcome::Ran), 1, "{one_batch:?}");
+    assert_eq!(one_batch.count(Outcome::Reused), 1, "{one_batch:?}");
+    assert!(failures(&one_batch).is_empty());
+    assert_eq!(
+        q.ledger_calls.get() - calls_before,
+        2,
+        "one claim and one finish for the batch"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_handlers_on_one_message_run_the_step_exactly_once() {
+    let p = Pipeline::new(Options {
+        recipes: Some(COUNTED.into()),
+        ..Options::default()
+    })
+    .await;
+    p.put("race.bin", b"contended", true).await;
+    let message = p.receive(1).await.remove(0);
+
+    let handlers: Vec<_> = (0..12)
+        .map(|_| tokio::spawn(handle_with(p.app.clone(), vec![message.clone()])))
+        .collect();
+    let mut reports = Vec::new();
+    for handler in handlers {
+        reports.push(handler.await.expect("handler task"));
+    }
+    let all: Vec<Outcome> = reports.iter().flat_map(outcomes).collect();
+    assert_eq!(p.counted.runs(), 1, "step executions; outcomes {all:?}");
+    assert_eq!(
+        all.iter().filter(|o| **o == Outcome::Ran).count(),
+        1,
+        "{all:?}"
+    );
+    assert!(
+        all.iter()
+            .all(|o| matches!(o, Outcome::Ran | Outcome::Busy | Outcome::Reused)),
+        "{all:?}"
+    );
+    let key = job_key(&sha256_hex(b"contended"), &probe_recipe_hash(&p));
+    let row = p.row(&key).await.unwrap();
+    assert_eq!((row.status, row.attempts), (JobStatus::Done, 1));
+}
+
+#[tokio::test]
+async fn a_test_event_is_acknowledged_and_a_bad_body_fails_alone() {
+    let p = Pipeline::new(Options::default()).await;
+    p.put("good.bin", b"good", true).await;
+    let good = p.receive(1).await.remove(0);
+    let test_event = p
+        .send_raw(r#"{"Service":"Amazon S3","Event":"s3:TestEvent","Time":"2026-12-02T00:00:00.000Z","Bucket":"b","RequestId":"r","HostId":"h"}"#)
+        .await;
+    let bad = p
+        .send_raw("{\"Records\": [{\"eventName\": \"ObjectCreated:Put\"")
+        .await;
+    let not_s3 = p.send_raw(r#"{"hello": "world"}"#).await;
+
+    let report = p
+        .handle(vec![
+            bad.clone(),
+            good.clone(),
+            test_event.clone(),
+            not_s3.clone(),
+        ])
+        .await;
+    let mut failed = failures(&report);
+    failed.sort();
+    let mut expected = vec![
+        bad.message_id.clone().unwrap(),
+        not_s3.message_id.clone().unwrap(),
+    ];
+    expected.sort();
+    assert_eq!(failed, expected);
+    assert_eq!(outcomes(&report), vec![Outcome::Ran]);
+    let bad_report = report
+        .messages
+        .iter()
+        .find(|m| m.message_id == bad.message_id.clone().unwrap())
+        .unwrap();
+    assert!(
+        bad_report.error.as_deref().unwrap().contains("not JSON"),
+        "{bad_report:?}"
+    );
+    let not_s3_report = report
+        .messages
+        .iter()
+        .find(|m| m.message_id == not_s3.message_id.clone().unwrap())
+        .unwrap();
+    assert!(
+        not_s3_report
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("no \"Records\""),
+        "{not_s3_report:?}"
+    );
+}
+
+#[tokio::test]
+async fn outputs_written_into_the_source_bucket_trigger_no_jobs() {
+    let p = Pipeline::new(Options::default()).await;
+    p.put("in.bin", b"recursion", true).await;
+    let report = p.handle(p.receive(1).await).await;
+    assert_eq!(outcomes(&report), vec![Outcome::Ran]);
+
+    // probe.json and _manifest.json landed in the same bucket and notified the queue.
+    let echoes = p.receive(2).await;
+    let bodies: Vec<String> = echoes.iter().map(|m| m.body.clone().unwrap()).collect();
+    assert!(bodies.iter().all(|b| b.contains("derived/")), "{bodies:?}");
+    let calls_before = p.ledger_calls.get();
+    let report = p.handle(echoes).await;
+    assert_eq!(report.jobs().count(), 0, "{report:?}");
+    assert!(failures(&report).is_empty());
+    assert_eq!(
+        p.ledger_calls.get(),
+        calls_before,
+        "no claim for our own outputs"
+    );
+}
+
+#[tokio::test]
+async fn a_separate_output_bucket_gets_the_outputs() {
+    let p = Pipeline::new(Options {
+        separate_output_bucket: true,
+        ..Options::default()
+    })
+    .await;
+    p.put("derived/looks-like-output.bin", b"but is an upload", true)
+        .await;
+    let report = p.handle(p.receive(1).await).await;
+    // The recursion guard applies to the output bucket only.
+    assert_eq!(outcomes(&report), vec![Outcome::Ran]);
+    let key = &report.jobs().next().unwrap().job_key;
+    assert_eq!(
+        p.output_keys("derived/").await,
+        vec![
+            format!("derived/{key}/_manifest.json"),
+            format!("derived/{key}/probe.json")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_key_with_spaces_and_plus_is_decoded() {
+    let p = Pipeline::new(Options::default()).await;
+    let object_key = "my photos/a+b c (1).bin";
+    p.put(object_key, b"spaces and plus", false).await;
+    let messages = p.receive(1).await;
+    let body = messages[0].body.clone().unwrap();
+    assert!(
+        !body.contains(object_key),
+        "the event carries the key encoded: {body}"
+    );
+    let report = p.handle(messages).await;
+    assert_eq!(outcomes(&report), vec![Outcome::Ran], "{report:?}");
+    let key = &report.jobs().next().unwrap().job_key;
+    let probe: Value =
+        serde_json::from_slice(&p.output(&format!("derived/{key}/probe.json")).await).unwrap();
+    assert_eq!(probe["key"], object_key);
+}
+
+#[tokio::test]
+async fn without_a_sha256_checksum_the_key_comes_from_version_and_etag() {
+    let p = Pipeline::new(Options {
+        versioned: true,
+        ..Options::default()
+    })
+    .await;
+    let v1 = p.put("doc.bin", b"version one", false).await;
+    let v2 = p.put("doc.bin", b"version two", false).await;
+    let report = p.handle(p.receive(2).await).await;
+    assert_eq!(report.count(Outcome::Ran), 2, "{report:?}");
+
+    for (put, bytes) in [(v1, &b"version one"[..]), (v2, &b"version two"[..])] {
+        let version = put.version_id.expect("versioned bucket");
+        let etag = put.e_tag.unwrap().trim_matches('"').to_string();
+        let input_hash = sha256_hex(
+            format!("s3-version-etag\n{}\ndoc.bin\n{version}\n{etag}", p.bucket).as_bytes(),
+        );
+        let key = job_key(&input_hash, &probe_recipe_hash(&p));
+        let probe: Value =
+            serde_json::from_slice(&p.output(&format!("derived/{key}/probe.json")).await).unwrap();
+        // Each job read exactly the version its event named.
+        assert_eq!(probe["version_id"], version.as_str());
+        assert_eq!(probe["sha256"], sha256_hex(bytes));
+    }
+}
+
+#[tokio::test]
+async fn a_gone_or_replaced_object_is_skipped_without_a_claim() {
+    let p = Pipeline::new(Options::default()).await;
+    p.put("gone.bin", b"soon deleted", false).await;
+    p.put("replaced.bin", b"first", false).await;
+    let first_events = p.receive(2).await;
+    p.s3.delete_object()
+        .bucket(&p.bucket)
+        .key("gone.bin")
+        .send()
+        .await
+        .unwrap();
+    p.put("replaced.bin", b"second", false).await;
+
+    let calls_before = p.ledger_calls.get();
+    let report = p.handle(first_events).await;
+    assert_eq!(
+        outcomes(&report),
+        vec![Outcome::Skipped, Outcome::Skipped],
+        "{report:?}"
+    );
+    assert!(
+        failures(&report).is_empty(),
+        "skipped messages are acknowledged"
+    );
+    assert_eq!(
+        p.ledger_calls.get(),
+        calls_before,
+        "no claim for bytes we won't process"
+    );
+    let reasons: Vec<String> = report.jobs().map(|j| j.reason.clone().unwrap()).collect();
+    assert!(reasons.iter().any(|r| r.contains("gone")), "{reasons:?}");
+    assert!(
+        reasons.iter().any(|r| r.contains("replaced")),
+        "{reasons:?}"
+    );
+
+    // The delete and the second put notified too: the removal is
+    // acknowledged without a job, the new bytes run.
+    let later = p.handle(p.receive(2).await).await;
+    assert_eq!(outcomes(&later), vec![Outcome::Ran], "{later:?}");
+    assert!(failures(&later).is_empty());
+}
+
+#[tokio::test]
+async fn recipes_match_by_prefix_and_suffix_and_each_match_is_a_job() {
+    let p = Pipeline::new(Options {
+        recipes: Some(
+            r#"[{"step":"probe","version":1,"params":{}},
+                {"step":"probe","version":2,"params":{},"match":{"prefix":"img/","suffix":".png"}}]"#
+                .into(),
+        ),
+        ..Options::default()
+    })
+    .await;
+    p.put("img/a.png", PNG_3X2, true).await;
+    p.put("doc/a.txt", b"text", true).await;
+    let report = p.handle(p.receive(2).await).await;
+    assert_eq!(report.count(Outcome::Ran), 3, "{report:?}");
+    let png_jobs: Vec<_> = report.jobs().filter(|j| j.step == "probe").collect();
+    assert_eq!(png_jobs.len(), 3);
+    // Bumping the version gives a new key: fresh outputs beside the old.
+    let v1 = job_key(&sha256_hex(PNG_3X2), &p.app.config.recipes[0].recipe_hash);
+    let v2 = job_key(&sha256_hex(PNG_3X2), &p.app.config.recipes[1].recipe_hash);
+    assert_ne!(v1, v2);
+    assert!(p.row(&v1).await.is_some() && p.row(&v2).await.is_some());
+}
