@@ -6,6 +6,8 @@
 #   scripts/emulators.sh stop           stop whatever start started
 #   scripts/emulators.sh env            print the AWS_* exports that point the SDK at them
 #   scripts/emulators.sh status         exit 0 when they answer
+#   scripts/emulators.sh python | bin   the virtualenv's python, its bin folder
+#                                       (it also holds cfn-lint and cargo-lambda)
 #
 # native: LocalStack from PyPI (no Docker) for S3 and SQS on :4566, and moto's
 #         server for DynamoDB on :4567 (LocalStack's DynamoDB needs a Java jar).
@@ -157,5 +159,7 @@ case "${1:-}" in
   stop) stop ;;
   env) print_env ;;
   status) status ;;
-  *) sed -n '2,14p' "$0"; exit 2 ;;
+  python) install >&2; echo "$venv/bin/python" ;;
+  bin) install >&2; echo "$venv/bin" ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
 esac

@@ -34,3 +34,37 @@ pub fn s3_client(config: &SdkConfig) -> aws_sdk_s3::Client {
 pub fn dynamodb_client(config: &SdkConfig) -> aws_sdk_dynamodb::Client {
     aws_sdk_dynamodb::Client::new(config)
 }
+
+/// A short description of an SDK error: the HTTP status and the service's
+/// error code and message when the service answered, else the whole chain
+/// (timeouts, connection failures).
+pub fn describe_error<E, R>(err: &aws_smithy_runtime_api::client::result::SdkError<E, R>) -> String
+where
+    E: aws_smithy_types::error::metadata::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug + HasStatus,
+{
+    use aws_smithy_runtime_api::client::result::SdkError;
+    match err {
+        SdkError::ServiceError(service) => {
+            let status = service.raw().status_code();
+            let inner = service.err();
+            match (inner.code(), inner.message()) {
+                (Some(code), Some(message)) => format!("HTTP {status} {code}: {message}"),
+                (Some(code), None) => format!("HTTP {status} {code}"),
+                _ => format!("HTTP {status}"),
+            }
+        }
+        other => aws_smithy_types::error::display::DisplayErrorContext(other).to_string(),
+    }
+}
+
+/// The status code of a raw response.
+pub trait HasStatus {
+    fn status_code(&self) -> u16;
+}
+
+impl HasStatus for aws_smithy_runtime_api::http::Response {
+    fn status_code(&self) -> u16 {
+        self.status().as_u16()
+    }
+}

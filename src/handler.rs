@@ -365,16 +365,16 @@ async fn process_record(
         let report = cell
             .get_or_init(|| async {
                 ran_here = true;
-                let report = run_job(app, invocation, rule, &job_key, &head).await;
-                log_job(&report, message_id, &object);
-                report
+                run_job(app, invocation, rule, &job_key, &head).await
             })
             .await;
-        reports.push(if ran_here {
+        let report = if ran_here {
             report.clone()
         } else {
             report.seen_again()
-        });
+        };
+        log_job(&report, message_id, &object);
+        reports.push(report);
     }
     reports
 }

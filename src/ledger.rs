@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
+use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
@@ -238,12 +238,12 @@ impl Ledger {
 
     fn service_error<E>(&self, operation: &'static str, err: SdkError<E>) -> LedgerError
     where
-        E: std::error::Error + 'static,
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
     {
         LedgerError::Service {
             operation,
             table: self.table.clone(),
-            message: DisplayErrorContext(&err).to_string(),
+            message: crate::aws::describe_error(&err),
         }
     }
 

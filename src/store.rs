@@ -1,11 +1,11 @@
 //! The object store: the S3 calls mediaonce makes, one method per call and
 //! one error type per operation.
 
-use aws_sdk_s3::error::{DisplayErrorContext, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ChecksumMode;
 use aws_sdk_s3::Client;
 
+use crate::aws::describe_error;
 use crate::fingerprint::ObjectHead;
 
 /// Where an object version is.
@@ -46,10 +46,6 @@ pub struct PutError {
     pub bucket: String,
     pub key: String,
     pub message: String,
-}
-
-fn describe<E: std::error::Error + 'static, R: std::fmt::Debug>(err: &SdkError<E, R>) -> String {
-    DisplayErrorContext(err).to_string()
 }
 
 #[derive(Debug, Clone)]
@@ -93,7 +89,7 @@ impl ObjectStore {
             Err(err) => {
                 return Err(HeadError {
                     object: object.to_string(),
-                    message: describe(&err),
+                    message: describe_error(&err),
                 })
             }
         };
@@ -130,7 +126,7 @@ impl ObjectStore {
             .map(|output| output.body)
             .map_err(|err| GetError {
                 object: object.to_string(),
-                message: describe(&err),
+                message: describe_error(&err),
             })
     }
 
@@ -154,7 +150,7 @@ impl ObjectStore {
             .map_err(|err| PutError {
                 bucket: bucket.to_string(),
                 key: key.to_string(),
-                message: describe(&err),
+                message: describe_error(&err),
             })
     }
 }

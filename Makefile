@@ -1,0 +1,39 @@
+# mediaonce: make demo | make test | make lint | make lambda
+#
+# The emulators (LocalStack for S3 and SQS, moto for DynamoDB; or the
+# LocalStack container for all three where Docker runs) are installed and
+# started by scripts/emulators.sh; MEDIAONCE_EMULATORS=native|docker|auto.
+
+SHELL := /bin/bash
+EMULATORS := scripts/emulators.sh
+# The SDK reaches the emulators only through the standard AWS_* variables.
+WITH_EMULATORS = eval "$$($(EMULATORS) env)" &&
+
+.PHONY: test demo lint lambda emulators emulators-stop clean-emulators
+
+## test: start the emulators (if they are not up) and run every test
+test: emulators
+	$(WITH_EMULATORS) cargo test --all-targets
+
+## demo: a real pipeline on the emulators: upload, notify, claim, run, reuse
+demo: emulators
+	cargo build --bin mediaonce
+	$(WITH_EMULATORS) "$$($(EMULATORS) python)" scripts/demo.py target/debug/mediaonce
+
+## lint: formatting, clippy, and the SAM template
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+	$(EMULATORS) install
+	"$$($(EMULATORS) bin)/cfn-lint" template.yaml
+
+## lambda: the bootstrap for provided.al2023 on arm64, as SAM builds it
+lambda:
+	$(EMULATORS) install
+	PATH="$$($(EMULATORS) bin):$$PATH" cargo lambda build --release --arm64 --bin bootstrap
+
+emulators:
+	@$(EMULATORS) status || $(EMULATORS) start
+
+emulators-stop:
+	$(EMULATORS) stop
