@@ -505,50 +505,27 @@ fn elapsed_ms(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-/// One log event per job outcome.
+/// One log event per job outcome: a warning when the message comes back.
 fn log_job(report: &JobReport, message_id: &str, object: &ObjectRef) {
-    let (job_key, step, outcome, attempt, duration_ms) = (
-        report.job_key.as_str(),
-        report.step.as_str(),
-        report.outcome.as_str(),
-        report.attempt,
-        report.duration_ms,
-    );
-    let object = object.to_string();
-    match &report.reason {
-        Some(reason) if report.outcome.must_retry() => {
-            tracing::warn!(
-                job_key,
-                step,
-                outcome,
-                attempt,
-                duration_ms,
+    macro_rules! job_event {
+        ($level:expr) => {
+            tracing::event!(
+                $level,
+                job_key = report.job_key.as_str(),
+                step = report.step.as_str(),
+                outcome = report.outcome.as_str(),
+                attempt = report.attempt,
+                duration_ms = report.duration_ms,
                 message_id,
-                object,
-                reason,
+                object = %object,
+                reason = report.reason.as_deref(),
                 "job"
             )
-        }
-        Some(reason) => tracing::info!(
-            job_key,
-            step,
-            outcome,
-            attempt,
-            duration_ms,
-            message_id,
-            object,
-            reason,
-            "job"
-        ),
-        None => tracing::info!(
-            job_key,
-            step,
-            outcome,
-            attempt,
-            duration_ms,
-            message_id,
-            object,
-            "job"
-        ),
+        };
+    }
+    if report.outcome.must_retry() {
+        job_event!(tracing::Level::WARN)
+    } else {
+        job_event!(tracing::Level::INFO)
     }
 }

@@ -381,3 +381,40 @@ async fn recipes_match_by_prefix_and_suffix_and_each_match_is_a_job() {
     assert_ne!(v1, v2);
     assert!(p.row(&v1).await.is_some() && p.row(&v2).await.is_some());
 }
+
+#[tokio::test]
+async fn a_panicking_step_fails_its_message_alone_and_its_job_is_marked_failed() {
+    let p = Pipeline::new(Options {
+        recipes: Some(
+            r#"[{"step":"counted-probe","version":1,"params":{},"match":{"prefix":"ok/"}},
+                {"step":"panics","version":1,"params":{},"match":{"prefix":"boom/"}}]"#
+                .into(),
+        ),
+        ..Options::default()
+    })
+    .await;
+    p.put("boom/a.bin", b"triggers the bug", true).await;
+    p.put("ok/b.bin", b"fine", true).await;
+    let messages = p.receive(2).await;
+    let boom_id = messages
+        .iter()
+        .find(|m| m.body.as_deref().unwrap().contains("boom/"))
+        .and_then(|m| m.message_id.clone())
+        .unwrap();
+    let report = p.handle(messages).await;
+    assert_eq!(failures(&report), vec![boom_id]);
+    assert_eq!(p.counted.runs(), 1);
+    let failed = report.jobs().find(|j| j.step == "panics").unwrap();
+    assert_eq!(failed.outcome, Outcome::Failed);
+    let row = p.row(&failed.job_key).await.unwrap();
+    assert_eq!(row.status, JobStatus::Failed);
+    assert!(row
+        .error
+        .unwrap()
+        .contains("step panicked: a bug in the step"));
+    // No manifest: nothing reads the prefix as complete.
+    assert!(p
+        .output_keys(&format!("derived/{}/", failed.job_key))
+        .await
+        .is_empty());
+}

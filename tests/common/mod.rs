@@ -83,6 +83,26 @@ impl Step for CountedProbe {
     }
 }
 
+/// A step that panics: a bug in a step must fail its job, not the batch,
+/// and must not leave the claim running.
+#[derive(Debug, Default, Clone)]
+pub struct PanickingStep;
+
+#[async_trait::async_trait]
+impl Step for PanickingStep {
+    fn name(&self) -> &'static str {
+        "panics"
+    }
+
+    async fn run(
+        &self,
+        _context: &StepContext<'_>,
+        _outputs: &mut JobOutputs,
+    ) -> Result<(), StepError> {
+        panic!("a bug in the step")
+    }
+}
+
 /// A name no other test uses, valid for buckets, queues and tables.
 pub fn unique(prefix: &str) -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -225,6 +245,7 @@ impl Pipeline {
         let counted = CountedProbe::default();
         let mut steps = StepRegistry::builtin();
         steps.register(Arc::new(counted.clone()));
+        steps.register(Arc::new(PanickingStep));
         let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps).expect("config");
         let app = Arc::new(App {
             config,
@@ -276,16 +297,7 @@ impl Pipeline {
             if got.len() >= count {
                 break;
             }
-            let output = self
-                .sqs
-                .receive_message()
-                .queue_url(&self.queue_url)
-                .max_number_of_messages(10)
-                .wait_time_seconds(1)
-                .send()
-                .await
-                .expect("receive");
-            for message in output.messages.unwrap_or_default() {
+            for message in self.receive_batch().await {
                 let body = message.body.clone().unwrap_or_default();
                 if body.contains("s3:TestEvent") {
                     self.delete(&message.receipt_handle.clone().unwrap_or_default())
@@ -303,26 +315,18 @@ impl Pipeline {
         got
     }
 
-    /// Receives whatever is there, including test events, until the queue
-    /// answers empty once.
-    pub async fn receive_all(&self) -> Vec<SqsMessage> {
-        let mut got = Vec::new();
-        loop {
-            let output = self
-                .sqs
-                .receive_message()
-                .queue_url(&self.queue_url)
-                .max_number_of_messages(10)
-                .wait_time_seconds(1)
-                .send()
-                .await
-                .expect("receive");
-            let messages = output.messages.unwrap_or_default();
-            if messages.is_empty() {
-                return got;
-            }
-            got.extend(messages.into_iter().map(|m| self.lambda_message(m)));
-        }
+    /// One long-poll of the queue: up to 10 messages.
+    async fn receive_batch(&self) -> Vec<aws_sdk_sqs::types::Message> {
+        self.sqs
+            .receive_message()
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .expect("receive")
+            .messages
+            .unwrap_or_default()
     }
 
     async fn delete(&self, receipt_handle: &str) {
@@ -348,16 +352,7 @@ impl Pipeline {
             .message_id
             .expect("message id");
         for _ in 0..30 {
-            let output = self
-                .sqs
-                .receive_message()
-                .queue_url(&self.queue_url)
-                .max_number_of_messages(10)
-                .wait_time_seconds(1)
-                .send()
-                .await
-                .expect("receive");
-            for message in output.messages.unwrap_or_default() {
+            for message in self.receive_batch().await {
                 if message.message_id.as_deref() == Some(id.as_str()) {
                     return self.lambda_message(message);
                 }
