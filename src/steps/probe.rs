@@ -5,7 +5,7 @@
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::fingerprint::FingerprintSource;
+use crate::fingerprint::{Fingerprint, FingerprintSource, ObjectHead};
 use crate::step::{JobOutputs, Step, StepContext, StepError};
 
 /// How much of the object's start is kept for sniffing: JPEG dimensions sit
@@ -54,6 +54,55 @@ pub fn sniff(start: &[u8]) -> Sniffed {
     }
 }
 
+/// What probe learns from the bytes as they stream past. Pure: fed chunks,
+/// it keeps the running SHA-256, the size and the first bytes for sniffing.
+#[derive(Default)]
+pub struct ProbeReader {
+    hasher: Sha256,
+    size: u64,
+    start: Vec<u8>,
+}
+
+impl ProbeReader {
+    pub fn feed(&mut self, chunk: &[u8]) {
+        self.hasher.update(chunk);
+        self.size += chunk.len() as u64;
+        if self.start.len() < SNIFF_BYTES {
+            let take = (SNIFF_BYTES - self.start.len()).min(chunk.len());
+            self.start.extend_from_slice(&chunk[..take]);
+        }
+    }
+
+    /// The report, or an integrity error when the input hash is S3's
+    /// SHA-256 of the bytes and the bytes read hash to something else.
+    pub fn finish(
+        self,
+        head: &ObjectHead,
+        fingerprint: &Fingerprint,
+    ) -> Result<ProbeReport, StepError> {
+        let sha256 = hex::encode(self.hasher.finalize());
+        if fingerprint.source == FingerprintSource::Sha256Checksum
+            && sha256 != fingerprint.input_hash
+        {
+            return Err(StepError::Integrity {
+                expected: fingerprint.input_hash.clone(),
+                actual: sha256,
+            });
+        }
+        let sniffed = sniff(&self.start);
+        Ok(ProbeReport {
+            bucket: head.bucket.clone(),
+            key: head.key.clone(),
+            version_id: head.version_id.clone(),
+            size: self.size,
+            sha256,
+            content_type: sniffed.content_type,
+            width: sniffed.dimensions.map(|d| d.0),
+            height: sniffed.dimensions.map(|d| d.1),
+        })
+    }
+}
+
 #[async_trait::async_trait]
 impl Step for Probe {
     fn name(&self) -> &'static str {
@@ -77,38 +126,11 @@ impl Step for Probe {
     ) -> Result<(), StepError> {
         let input = context.input;
         let mut body = input.stream().await?;
-        let mut hasher = Sha256::new();
-        let mut start = Vec::with_capacity(SNIFF_BYTES.min(input.head.size as usize));
-        let mut size = 0u64;
+        let mut reader = ProbeReader::default();
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| StepError::Input(e.to_string()))?;
-            hasher.update(&chunk);
-            size += chunk.len() as u64;
-            if start.len() < SNIFF_BYTES {
-                let take = (SNIFF_BYTES - start.len()).min(chunk.len());
-                start.extend_from_slice(&chunk[..take]);
-            }
+            reader.feed(&chunk.map_err(|e| StepError::Input(e.to_string()))?);
         }
-        let sha256 = hex::encode(hasher.finalize());
-        if input.fingerprint.source == FingerprintSource::Sha256Checksum
-            && sha256 != input.fingerprint.input_hash
-        {
-            return Err(StepError::Integrity {
-                expected: input.fingerprint.input_hash.clone(),
-                actual: sha256,
-            });
-        }
-        let sniffed = sniff(&start);
-        let report = ProbeReport {
-            bucket: input.head.bucket.clone(),
-            key: input.head.key.clone(),
-            version_id: input.head.version_id.clone(),
-            size,
-            sha256,
-            content_type: sniffed.content_type,
-            width: sniffed.dimensions.map(|d| d.0),
-            height: sniffed.dimensions.map(|d| d.1),
-        };
+        let report = reader.finish(&input.head, &input.fingerprint)?;
         let mut json =
             serde_json::to_vec_pretty(&report).map_err(|e| StepError::Failed(e.to_string()))?;
         json.push(b'\n');
@@ -129,6 +151,69 @@ mod tests {
         bytes.extend_from_slice(&height.to_be_bytes());
         bytes.extend_from_slice(&[8, 6, 0, 0, 0, 0, 0, 0, 0]);
         bytes
+    }
+
+    fn fingerprint_of(bytes: &[u8], source: FingerprintSource) -> Fingerprint {
+        Fingerprint {
+            input_hash: crate::key::sha256_hex(bytes),
+            source,
+        }
+    }
+
+    #[test]
+    fn the_reader_reports_what_streamed_past_in_chunks() {
+        let bytes = png(640, 480);
+        let mut reader = ProbeReader::default();
+        for chunk in bytes.chunks(3) {
+            reader.feed(chunk);
+        }
+        let head = ObjectHead {
+            bucket: "in".into(),
+            key: "a.png".into(),
+            ..Default::default()
+        };
+        let report = reader
+            .finish(
+                &head,
+                &fingerprint_of(&bytes, FingerprintSource::Sha256Checksum),
+            )
+            .unwrap();
+        assert_eq!(report.size, bytes.len() as u64);
+        assert_eq!(report.sha256, crate::key::sha256_hex(&bytes));
+        assert_eq!((report.width, report.height), (Some(640), Some(480)));
+    }
+
+    #[test]
+    fn bytes_that_differ_from_the_sha256_checksum_are_an_integrity_error() {
+        let mut reader = ProbeReader::default();
+        reader.feed(b"what S3 gave us");
+        let err = reader
+            .finish(
+                &ObjectHead::default(),
+                &fingerprint_of(b"what S3 promised", FingerprintSource::Sha256Checksum),
+            )
+            .unwrap_err();
+        assert!(matches!(err, StepError::Integrity { .. }), "{err}");
+        assert!(err.to_string().starts_with("integrity error"));
+        // A version/ETag fingerprint is not a hash of the bytes: nothing to compare.
+        let mut reader = ProbeReader::default();
+        reader.feed(b"what S3 gave us");
+        assert!(reader
+            .finish(
+                &ObjectHead::default(),
+                &fingerprint_of(b"other", FingerprintSource::VersionEtag)
+            )
+            .is_ok());
+    }
+
+    #[test]
+    fn only_the_start_is_kept() {
+        let mut reader = ProbeReader::default();
+        for _ in 0..10 {
+            reader.feed(&vec![0u8; 100_000]);
+        }
+        assert_eq!(reader.start.len(), SNIFF_BYTES);
+        assert_eq!(reader.size, 1_000_000);
     }
 
     #[test]
