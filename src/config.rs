@@ -16,10 +16,12 @@ pub const ENV_RECIPES: &str = "MEDIAONCE_RECIPES";
 pub const ENV_CONCURRENCY: &str = "MEDIAONCE_CONCURRENCY";
 pub const ENV_LEASE_MARGIN_SECS: &str = "MEDIAONCE_LEASE_MARGIN_SECS";
 pub const ENV_LEASE_SECS: &str = "MEDIAONCE_LEASE_SECS";
+pub const ENV_MAX_ATTEMPTS: &str = "MEDIAONCE_MAX_ATTEMPTS";
 
 pub const DEFAULT_OUTPUT_PREFIX: &str = "derived/";
 pub const DEFAULT_RECIPES: &str = r#"[{"step":"probe","version":1,"params":{}}]"#;
 pub const DEFAULT_CONCURRENCY: usize = 8;
+pub const DEFAULT_MAX_ATTEMPTS: u64 = 3;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{variable}: {problem}")]
@@ -68,6 +70,8 @@ pub struct Config {
     pub recipes: Vec<RecipeRule>,
     pub concurrency: usize,
     pub lease: LeasePolicy,
+    /// A job that failed this many times is poisoned: not run again.
+    pub max_attempts: u64,
 }
 
 impl Config {
@@ -95,18 +99,16 @@ impl Config {
             &get(ENV_RECIPES).unwrap_or_else(|| DEFAULT_RECIPES.into()),
             steps,
         )?;
-        let concurrency = match get(ENV_CONCURRENCY) {
-            None => DEFAULT_CONCURRENCY,
-            Some(text) => match text.trim().parse::<usize>() {
-                Ok(n) if n > 0 => n,
-                _ => {
-                    return Err(invalid(
-                        ENV_CONCURRENCY,
-                        format!("must be a positive integer, got {text:?}"),
-                    ))
-                }
-            },
-        };
+        let concurrency = positive(
+            ENV_CONCURRENCY,
+            get(ENV_CONCURRENCY),
+            DEFAULT_CONCURRENCY as u64,
+        )? as usize;
+        let max_attempts = positive(
+            ENV_MAX_ATTEMPTS,
+            get(ENV_MAX_ATTEMPTS),
+            DEFAULT_MAX_ATTEMPTS,
+        )?;
         let lease = LeasePolicy {
             deadline_margin: seconds(
                 ENV_LEASE_MARGIN_SECS,
@@ -125,6 +127,7 @@ impl Config {
             recipes,
             concurrency,
             lease,
+            max_attempts,
         })
     }
 
@@ -141,6 +144,23 @@ impl Config {
     /// `<output prefix><job key>/`
     pub fn job_prefix(&self, job_key: &str) -> String {
         format!("{}{}/", self.output_prefix, job_key)
+    }
+}
+
+fn positive(
+    variable: &'static str,
+    text: Option<String>,
+    default: u64,
+) -> Result<u64, ConfigError> {
+    match text {
+        None => Ok(default),
+        Some(text) => match text.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(invalid(
+                variable,
+                format!("must be a positive integer, got {text:?}"),
+            )),
+        },
     }
 }
 
@@ -263,6 +283,7 @@ mod tests {
         assert_eq!(c.recipes.len(), 1);
         assert_eq!(c.recipes[0].recipe.step, "probe");
         assert_eq!(c.lease, LeasePolicy::default());
+        assert_eq!(c.max_attempts, 3);
     }
 
     #[test]
@@ -270,6 +291,8 @@ mod tests {
         assert_eq!(config(&[]).unwrap_err().variable, ENV_TABLE);
         let e = config(&[(ENV_TABLE, "t"), (ENV_CONCURRENCY, "0")]).unwrap_err();
         assert_eq!(e.variable, ENV_CONCURRENCY);
+        let e = config(&[(ENV_TABLE, "t"), (ENV_MAX_ATTEMPTS, "-1")]).unwrap_err();
+        assert_eq!(e.variable, ENV_MAX_ATTEMPTS);
         let e = config(&[(ENV_TABLE, "t"), (ENV_OUTPUT_PREFIX, "derived")]).unwrap_err();
         assert_eq!(e.variable, ENV_OUTPUT_PREFIX);
         let e = config(&[(ENV_TABLE, "t"), (ENV_LEASE_SECS, "soon")]).unwrap_err();

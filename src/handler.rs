@@ -37,6 +37,9 @@ pub enum Outcome {
     Failed,
     /// Nothing to do: the object is gone or was replaced since the event.
     Skipped,
+    /// Failed on every allowed attempt: not run again; the message goes to
+    /// the DLQ through the queue's redrive policy.
+    Poisoned,
 }
 
 impl Outcome {
@@ -47,12 +50,13 @@ impl Outcome {
             Outcome::Busy => "busy",
             Outcome::Failed => "failed",
             Outcome::Skipped => "skipped",
+            Outcome::Poisoned => "poisoned",
         }
     }
 
     /// Whether the message carrying this job must be delivered again.
     pub fn must_retry(self) -> bool {
-        matches!(self, Outcome::Busy | Outcome::Failed)
+        matches!(self, Outcome::Busy | Outcome::Failed | Outcome::Poisoned)
     }
 }
 
@@ -400,6 +404,7 @@ async fn run_job(
         owner: format!("{}/{}", invocation.request_id, uuid::Uuid::new_v4()),
         lease_until_ms: app.config.lease.lease_until_ms(now, invocation.deadline_ms),
         now_ms: now,
+        max_attempts: app.config.max_attempts,
     };
     let report = |outcome, attempt, reason: Option<String>| JobReport {
         job_key: job_key.to_string(),
@@ -418,6 +423,14 @@ async fn run_job(
                 row.attempts,
                 Some(format!("held until {} ms", row.lease_until_ms)),
             )
+        }
+        Ok(ClaimOutcome::Poisoned(row)) => {
+            let error = row.error.as_deref().unwrap_or("no error recorded");
+            return report(
+                Outcome::Poisoned,
+                row.attempts,
+                Some(format!("failed {} times, last: {error}", row.attempts)),
+            );
         }
         Ok(ClaimOutcome::Run(claim)) => claim,
     };

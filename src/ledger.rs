@@ -148,11 +148,14 @@ pub enum Verdict {
     Busy,
     /// Failed, or its lease has passed: take it over.
     TakeOver,
+    /// Failed `max_attempts` times: run no more (its message goes to the DLQ).
+    Poisoned,
 }
 
-pub fn judge(row: &JobRow, now_ms: u64) -> Verdict {
+pub fn judge(row: &JobRow, now_ms: u64, max_attempts: u64) -> Verdict {
     match row.status {
         JobStatus::Done => Verdict::Done,
+        JobStatus::Failed if row.attempts >= max_attempts => Verdict::Poisoned,
         JobStatus::Failed => Verdict::TakeOver,
         JobStatus::Running if is_live(row.lease_until_ms, now_ms) => Verdict::Busy,
         JobStatus::Running => Verdict::TakeOver,
@@ -170,6 +173,8 @@ pub struct ClaimRequest {
     pub owner: String,
     pub lease_until_ms: u64,
     pub now_ms: u64,
+    /// A failed job that has had this many attempts is poisoned.
+    pub max_attempts: u64,
 }
 
 /// A claim this worker holds: it must run the job and then finish it.
@@ -190,6 +195,8 @@ pub enum ClaimOutcome {
     Done(JobRow),
     /// Someone else holds it.
     Busy(JobRow),
+    /// It failed on every allowed attempt: no more work is spent on it.
+    Poisoned(JobRow),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -213,6 +220,19 @@ pub enum FinishError {
     /// Another worker took the job over: this one's result is not recorded.
     #[error("lost the lease on job {0}: another worker owns it now")]
     LostLease(String),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RetryError {
+    #[error("there is no job {0}")]
+    NotFound(String),
+    #[error("job {job_key} is {status}: only a failed or poisoned job can be retried")]
+    NotFailed {
+        job_key: String,
+        status: &'static str,
+    },
     #[error(transparent)]
     Ledger(#[from] LedgerError),
 }
@@ -331,9 +351,10 @@ impl Ledger {
                 None => return Ok(ClaimOutcome::Busy(row)),
             },
         };
-        match judge(&existing, request.now_ms) {
+        match judge(&existing, request.now_ms, request.max_attempts) {
             Verdict::Done => Ok(ClaimOutcome::Done(existing)),
             Verdict::Busy => Ok(ClaimOutcome::Busy(existing)),
+            Verdict::Poisoned => Ok(ClaimOutcome::Poisoned(existing)),
             Verdict::TakeOver => self.take_over(request, &existing).await,
         }
     }
@@ -404,6 +425,52 @@ impl Ledger {
                 _ => Err(self.service_error("UpdateItem", err)),
             },
         }
+    }
+
+    /// Makes a failed (or poisoned) job claimable again: its attempts go
+    /// back to 0, so it gets `max_attempts` more. Returns the row as it was,
+    /// error included, for the caller to log.
+    pub async fn retry(&self, job_key: &str, now_ms: u64) -> Result<JobRow, RetryError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(job_key))
+            .update_expression("SET #attempts = :zero, #updated = :now")
+            .condition_expression("#status = :failed")
+            .expression_attribute_names("#attempts", attr::ATTEMPTS)
+            .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":now", n(now_ms))
+            .expression_attribute_values(":failed", s(JobStatus::Failed.as_str()))
+            .return_values(ReturnValue::AllOld)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let item = match update {
+            Ok(output) => output.attributes,
+            Err(err) => match err.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(failed)) => {
+                    let row = match failed.item() {
+                        Some(item) => {
+                            Some(JobRow::from_item(item).map_err(|p| self.malformed(job_key, p))?)
+                        }
+                        None => self.get(job_key).await?,
+                    };
+                    return Err(match row {
+                        Some(row) => RetryError::NotFailed {
+                            job_key: job_key.to_string(),
+                            status: row.status.as_str(),
+                        },
+                        None => RetryError::NotFound(job_key.to_string()),
+                    });
+                }
+                _ => return Err(self.service_error("UpdateItem", err).into()),
+            },
+        };
+        let item = item.ok_or_else(|| RetryError::NotFound(job_key.to_string()))?;
+        Ok(JobRow::from_item(&item).map_err(|p| self.malformed(job_key, p))?)
     }
 
     /// Marks a claimed job done. Rejected when the claim was taken over.
@@ -503,13 +570,23 @@ mod tests {
 
     #[test]
     fn verdicts_follow_the_state_machine() {
-        assert_eq!(judge(&row(JobStatus::Done, 0), 10), Verdict::Done);
+        assert_eq!(judge(&row(JobStatus::Done, 0), 10, 3), Verdict::Done);
         assert_eq!(
-            judge(&row(JobStatus::Failed, u64::MAX), 10),
+            judge(&row(JobStatus::Failed, u64::MAX), 10, 3),
             Verdict::TakeOver
         );
-        assert_eq!(judge(&row(JobStatus::Running, 11), 10), Verdict::Busy);
-        assert_eq!(judge(&row(JobStatus::Running, 10), 10), Verdict::TakeOver);
+        assert_eq!(judge(&row(JobStatus::Running, 11), 10, 3), Verdict::Busy);
+        assert_eq!(
+            judge(&row(JobStatus::Running, 10), 10, 3),
+            Verdict::TakeOver
+        );
+        let mut at_cap = row(JobStatus::Failed, 0);
+        at_cap.attempts = 3;
+        assert_eq!(judge(&at_cap, 10, 3), Verdict::Poisoned);
+        assert_eq!(judge(&at_cap, 10, 4), Verdict::TakeOver);
+        // The cap is about failures: a running row at the cap is still busy or taken over.
+        at_cap.status = JobStatus::Running;
+        assert_eq!(judge(&at_cap, 10, 3), Verdict::TakeOver);
     }
 
     #[test]

@@ -125,6 +125,7 @@ fn request(key: &str, owner: &str, lease_until_ms: u64) -> ClaimRequest {
         owner: owner.to_string(),
         lease_until_ms,
         now_ms: now_ms(),
+        max_attempts: 3,
     }
 }
 
@@ -219,7 +220,7 @@ async fn a_lost_takeover_race_is_busy_never_a_second_run() {
                 assert_eq!(c.attempt, 2);
             }
             ClaimOutcome::Busy(_) => {}
-            ClaimOutcome::Done(row) => panic!("not done yet: {row:?}"),
+            other => panic!("neither run nor busy: {other:?}"),
         }
     }
     assert_eq!(runs, 1);
@@ -249,4 +250,132 @@ async fn long_errors_are_cut_to_2000_characters() {
     let row = ledger.get(&key).await.unwrap().unwrap();
     assert_eq!(row.status, JobStatus::Failed);
     assert_eq!(row.error.unwrap().chars().count(), 2_000);
+}
+
+/// Runs the `mediaonce` command line against the pipeline's table.
+fn cli(p: &Pipeline, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_mediaonce"))
+        .args(args)
+        .env("MEDIAONCE_TABLE", &p.table)
+        .output()
+        .expect("mediaonce runs")
+}
+
+#[tokio::test]
+async fn a_job_that_failed_max_attempts_times_is_poisoned_until_retried() {
+    let (p, message, key) = one_upload().await;
+    let mut seeded = seed(&p, &key, JobStatus::Failed, 0, Some("decoder exploded")).await;
+    seeded.attempts = 3;
+    p.dynamodb
+        .put_item()
+        .table_name(&p.table)
+        .set_item(Some(seeded.to_item()))
+        .send()
+        .await
+        .unwrap();
+
+    let calls_before = p.ledger_calls.get();
+    let report = p.handle(vec![message.clone()]).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!(
+        (job.outcome, job.attempt),
+        (Outcome::Poisoned, 3),
+        "{job:?}"
+    );
+    assert!(
+        job.reason.as_deref().unwrap().contains("decoder exploded"),
+        "{job:?}"
+    );
+    assert_eq!(report.response().batch_item_failures.len(), 1, "to the DLQ");
+    assert_eq!(
+        p.ledger_calls.get() - calls_before,
+        1,
+        "poisoned: one claim, no work"
+    );
+    assert_eq!(p.counted.runs(), 0);
+    assert_eq!(p.row(&key).await.unwrap(), seeded);
+
+    // `mediaonce status` shows the row.
+    let status = cli(&p, &["status", &key]);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(shown["status"], "failed");
+    assert_eq!(shown["attempts"], 3);
+    assert_eq!(shown["error"], "decoder exploded");
+    assert_eq!(shown["owner"], "another-worker/1");
+    assert_eq!(shown["output_prefix"], seeded.output_prefix.as_str());
+    assert!(shown["lease_until_ms"].is_u64());
+
+    // `mediaonce retry` makes it claimable, and the next delivery runs it.
+    let retry = cli(&p, &["retry", &key]);
+    assert!(
+        retry.status.success(),
+        "{}",
+        String::from_utf8_lossy(&retry.stderr)
+    );
+    assert!(String::from_utf8_lossy(&retry.stdout).contains("decoder exploded"));
+    assert_eq!(p.row(&key).await.unwrap().attempts, 0);
+    let report = p.handle(vec![message]).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!((job.outcome, job.attempt), (Outcome::Ran, 1), "{job:?}");
+    assert_eq!(p.counted.runs(), 1);
+
+    // A done job is refused, and so is a job that does not exist.
+    let refused = cli(&p, &["retry", &key]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("is done"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let missing = "0".repeat(64);
+    let refused = cli(&p, &["retry", &missing]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("no job"));
+    let status = cli(&p, &["status", &missing]);
+    assert_eq!(status.status.code(), Some(1));
+}
+
+#[tokio::test]
+async fn retry_refuses_a_running_job() {
+    let (p, _message, key) = one_upload().await;
+    seed(&p, &key, JobStatus::Running, now_ms() + 600_000, None).await;
+    let refused = cli(&p, &["retry", &key]);
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("is running") && stderr.contains("only a failed or poisoned job"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_job_that_keeps_failing_is_poisoned_after_max_attempts() {
+    let p = Pipeline::new(Options {
+        recipes: Some(r#"[{"step":"panics","version":1,"params":{}}]"#.into()),
+        ..Options::default()
+    })
+    .await;
+    p.put("always-fails.bin", b"a step bug", true).await;
+    let message = p.receive(1).await.remove(0);
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let report = p.handle(vec![message.clone()]).await;
+        assert_eq!(report.response().batch_item_failures.len(), 1);
+        let job = report.jobs().next().unwrap();
+        seen.push((job.outcome, job.attempt));
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (Outcome::Failed, 1),
+            (Outcome::Failed, 2),
+            (Outcome::Failed, 3),
+            (Outcome::Poisoned, 3)
+        ]
+    );
 }

@@ -7,8 +7,11 @@ use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use clap::{Parser, Subcommand};
+use mediaonce::config::ENV_TABLE;
 use mediaonce::handler::{handle_batch, App, Invocation};
 use mediaonce::key::{check_input_hash, job_key, Recipe};
+use mediaonce::lease::now_ms;
+use mediaonce::ledger::Ledger;
 use mediaonce::step::StepRegistry;
 
 #[derive(Parser)]
@@ -35,6 +38,17 @@ enum Command {
         /// Read lines {"input_hash": ..., "recipe_json": ...} from stdin, print one key per line.
         #[arg(long)]
         jsonl: bool,
+    },
+    /// Print a job's row as JSON (exit 1 when there is none). Needs MEDIAONCE_TABLE.
+    Status {
+        /// The job key.
+        job_key: String,
+    },
+    /// Make a failed or poisoned job claimable again (its attempts reset).
+    /// Needs MEDIAONCE_TABLE.
+    Retry {
+        /// The job key.
+        job_key: String,
     },
     /// Run the handler in-process on an SQS event JSON file; print the
     /// SqsBatchResponse JSON as the last line of stdout.
@@ -73,7 +87,61 @@ fn main() -> ExitCode {
             }
         }
         Command::Invoke { event } => invoke(&event),
+        Command::Status { job_key } => with_ledger(|ledger| async move {
+            match ledger.get(&job_key).await {
+                Ok(Some(row)) => match serde_json::to_string_pretty(&row) {
+                    Ok(json) => {
+                        println!("{json}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => fail(format!("cannot print the row: {e}")),
+                },
+                Ok(None) => fail(format!(
+                    "there is no job {job_key} in table {}",
+                    ledger.table()
+                )),
+                Err(e) => fail(e.to_string()),
+            }
+        }),
+        Command::Retry { job_key } => with_ledger(|ledger| async move {
+            match ledger.retry(&job_key, now_ms()).await {
+                Ok(was) => {
+                    println!(
+                        "job {job_key} is claimable again: it had failed {} time(s); last error: {}",
+                        was.attempts,
+                        was.error.as_deref().unwrap_or("none recorded")
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e.to_string()),
+            }
+        }),
     }
+}
+
+fn fail(message: String) -> ExitCode {
+    eprintln!("mediaonce: {message}");
+    ExitCode::FAILURE
+}
+
+/// Runs `work` with the ledger of MEDIAONCE_TABLE.
+fn with_ledger<F, Fut>(work: F) -> ExitCode
+where
+    F: FnOnce(Ledger) -> Fut,
+    Fut: std::future::Future<Output = ExitCode>,
+{
+    let table = match std::env::var(ENV_TABLE) {
+        Ok(table) if !table.trim().is_empty() => table,
+        _ => {
+            return fail(format!(
+                "{ENV_TABLE}: is required (the DynamoDB table of job claims)"
+            ))
+        }
+    };
+    block_on(async {
+        let sdk = mediaonce::aws::load_sdk_config().await;
+        work(Ledger::new(mediaonce::aws::dynamodb_client(&sdk), table)).await
+    })
 }
 
 fn key_of(input_hash: &str, recipe_json: &str) -> Result<String, String> {
@@ -120,35 +188,21 @@ fn invoke(path: &PathBuf) -> ExitCode {
     lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::stderr);
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
-        Err(e) => {
-            eprintln!("mediaonce invoke: cannot read {}: {e}", path.display());
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail(format!("invoke: cannot read {}: {e}", path.display())),
     };
     let event: SqsEvent = match serde_json::from_str(&text) {
         Ok(event) => event,
         Err(e) => {
-            eprintln!(
-                "mediaonce invoke: {} is not an SQS event: {e}",
+            return fail(format!(
+                "invoke: {} is not an SQS event: {e}",
                 path.display()
-            );
-            return ExitCode::FAILURE;
+            ))
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("mediaonce invoke: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(async {
+    block_on(async {
         let app = match App::from_env(StepRegistry::builtin()).await {
             Ok(app) => Arc::new(app),
-            Err(e) => {
-                eprintln!("mediaonce invoke: {e}");
-                return ExitCode::FAILURE;
-            }
+            Err(e) => return fail(format!("invoke: {e}")),
         };
         let invocation = Invocation {
             request_id: format!("cli-{}", std::process::id()),
@@ -160,10 +214,15 @@ fn invoke(path: &PathBuf) -> ExitCode {
                 println!("{json}");
                 ExitCode::SUCCESS
             }
-            Err(e) => {
-                eprintln!("mediaonce invoke: cannot print the response: {e}");
-                ExitCode::FAILURE
-            }
+            Err(e) => fail(format!("invoke: cannot print the response: {e}")),
         }
     })
+}
+
+/// Runs a future to completion on a new runtime.
+fn block_on(work: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime.block_on(work),
+        Err(e) => fail(format!("cannot start the async runtime: {e}")),
+    }
 }
