@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::key::{json_type, Recipe};
-use crate::lease::{LeasePolicy, DEFAULT_DEADLINE_MARGIN, DEFAULT_FIXED_LEASE};
+use crate::lease::{LeasePolicy, DEFAULT_FIXED_LEASE, DEFAULT_LEASE_MARGIN};
 use crate::step::StepRegistry;
 
 pub const ENV_TABLE: &str = "MEDIAONCE_TABLE";
@@ -17,11 +17,13 @@ pub const ENV_CONCURRENCY: &str = "MEDIAONCE_CONCURRENCY";
 pub const ENV_LEASE_MARGIN_SECS: &str = "MEDIAONCE_LEASE_MARGIN_SECS";
 pub const ENV_LEASE_SECS: &str = "MEDIAONCE_LEASE_SECS";
 pub const ENV_MAX_ATTEMPTS: &str = "MEDIAONCE_MAX_ATTEMPTS";
+pub const ENV_DEADLINE_MARGIN_SECS: &str = "MEDIAONCE_DEADLINE_MARGIN_SECS";
 
 pub const DEFAULT_OUTPUT_PREFIX: &str = "derived/";
 pub const DEFAULT_RECIPES: &str = r#"[{"step":"probe","version":1,"params":{}}]"#;
 pub const DEFAULT_CONCURRENCY: usize = 8;
 pub const DEFAULT_MAX_ATTEMPTS: u64 = 3;
+pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{variable}: {problem}")]
@@ -72,6 +74,9 @@ pub struct Config {
     pub lease: LeasePolicy,
     /// A job that failed this many times is poisoned: not run again.
     pub max_attempts: u64,
+    /// No job starts when less than this (plus the slowest configured step's
+    /// declared need) remains before the invocation deadline.
+    pub deadline_margin: Duration,
 }
 
 impl Config {
@@ -113,7 +118,7 @@ impl Config {
             deadline_margin: seconds(
                 ENV_LEASE_MARGIN_SECS,
                 get(ENV_LEASE_MARGIN_SECS),
-                DEFAULT_DEADLINE_MARGIN,
+                DEFAULT_LEASE_MARGIN,
             )?,
             fixed: seconds(ENV_LEASE_SECS, get(ENV_LEASE_SECS), DEFAULT_FIXED_LEASE)?,
         };
@@ -128,6 +133,11 @@ impl Config {
             concurrency,
             lease,
             max_attempts,
+            deadline_margin: seconds(
+                ENV_DEADLINE_MARGIN_SECS,
+                get(ENV_DEADLINE_MARGIN_SECS),
+                DEFAULT_DEADLINE_MARGIN,
+            )?,
         })
     }
 
@@ -284,6 +294,7 @@ mod tests {
         assert_eq!(c.recipes[0].recipe.step, "probe");
         assert_eq!(c.lease, LeasePolicy::default());
         assert_eq!(c.max_attempts, 3);
+        assert_eq!(c.deadline_margin, Duration::from_secs(5));
     }
 
     #[test]

@@ -8,11 +8,12 @@
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
-use futures::{FutureExt, StreamExt};
-use tokio::sync::OnceCell;
+use futures::FutureExt;
+use tokio::sync::{OnceCell, Semaphore};
+use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError, RecipeRule};
 use crate::event::{parse_body, EventKind, Notification, S3Record};
@@ -40,6 +41,8 @@ pub enum Outcome {
     /// Failed on every allowed attempt: not run again; the message goes to
     /// the DLQ through the queue's redrive policy.
     Poisoned,
+    /// Not started: too close to the invocation deadline. The message comes back.
+    Deferred,
 }
 
 impl Outcome {
@@ -51,12 +54,16 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::Skipped => "skipped",
             Outcome::Poisoned => "poisoned",
+            Outcome::Deferred => "deferred",
         }
     }
 
     /// Whether the message carrying this job must be delivered again.
     pub fn must_retry(self) -> bool {
-        matches!(self, Outcome::Busy | Outcome::Failed | Outcome::Poisoned)
+        matches!(
+            self,
+            Outcome::Busy | Outcome::Failed | Outcome::Poisoned | Outcome::Deferred
+        )
     }
 }
 
@@ -144,6 +151,9 @@ pub enum StartupError {
     Table(#[from] LedgerError),
 }
 
+/// Time kept back from the invocation deadline to send the response.
+const RESPONSE_RESERVE_MS: u64 = 1_000;
+
 /// Everything a batch needs: configuration, clients, steps.
 #[derive(Debug)]
 pub struct App {
@@ -151,20 +161,59 @@ pub struct App {
     pub ledger: Ledger,
     pub store: ObjectStore,
     pub steps: StepRegistry,
+    /// No job starts with less than this left before the deadline.
+    start_margin: Duration,
 }
 
 impl App {
+    pub fn new(config: Config, ledger: Ledger, store: ObjectStore, steps: StepRegistry) -> Self {
+        let slowest = config
+            .recipes
+            .iter()
+            .filter_map(|rule| {
+                Some(
+                    steps
+                        .get(&rule.recipe.step)?
+                        .time_needed(&rule.recipe.params),
+                )
+            })
+            .max()
+            .unwrap_or_default();
+        App {
+            start_margin: config.deadline_margin + slowest,
+            config,
+            ledger,
+            store,
+            steps,
+        }
+    }
+
+    /// With less than the margin left, no new job starts.
+    pub fn start_margin(&self) -> Duration {
+        self.start_margin
+    }
+
+    /// Why a job may not start now, if it may not.
+    fn too_late_to_start(&self, invocation: &Invocation) -> Option<String> {
+        let deadline = invocation.deadline_ms?;
+        let remaining = deadline.saturating_sub(now_ms());
+        let margin = u64::try_from(self.start_margin.as_millis()).unwrap_or(u64::MAX);
+        (remaining < margin).then(|| {
+            format!("not started: {remaining} ms left before the invocation deadline, {margin} ms needed")
+        })
+    }
+
     /// Reads the configuration and builds the AWS clients, then checks the
     /// table, so that a misconfiguration fails at start-up with its name.
     pub async fn from_env(steps: StepRegistry) -> Result<Self, StartupError> {
         let config = Config::from_env(&steps)?;
         let sdk = crate::aws::load_sdk_config().await;
-        let app = App {
-            ledger: Ledger::new(crate::aws::dynamodb_client(&sdk), config.table.clone()),
-            store: ObjectStore::new(crate::aws::s3_client(&sdk)),
-            config,
+        let app = App::new(
+            config.clone(),
+            Ledger::new(crate::aws::dynamodb_client(&sdk), config.table.clone()),
+            ObjectStore::new(crate::aws::s3_client(&sdk)),
             steps,
-        };
+        );
         app.ledger.check_table().await?;
         Ok(app)
     }
@@ -186,35 +235,67 @@ impl BatchJobs {
     }
 }
 
-/// Handles one SQS batch.
+/// Handles one SQS batch. Inside Lambda it returns before the invocation
+/// deadline: a message still unfinished then is a batch item failure (its
+/// task is stopped; its claim expires with its lease).
 pub async fn handle_batch(app: Arc<App>, event: SqsEvent, invocation: Invocation) -> BatchReport {
     let batch = Arc::new(BatchJobs::default());
     let invocation = Arc::new(invocation);
-    let messages = futures::stream::iter(event.records)
+    let permits = Arc::new(Semaphore::new(app.config.concurrency));
+    // A message without an id cannot be named in the response; an empty
+    // identifier makes Lambda retry the whole batch, which loses nothing.
+    let tasks: Vec<(String, JoinHandle<MessageReport>)> = event
+        .records
+        .into_iter()
         .map(|message| {
-            let (app, batch, invocation) = (app.clone(), batch.clone(), invocation.clone());
-            async move {
-                // A message without an id cannot be named in the response;
-                // an empty identifier makes Lambda retry the whole batch,
-                // which loses nothing.
-                let message_id = message.message_id.clone().unwrap_or_default();
-                let task = tokio::spawn(process_message(app, batch, invocation, message));
-                match task.await {
-                    Ok(report) => report,
-                    Err(err) => {
-                        tracing::error!(message_id, error = %err, "message task failed");
-                        MessageReport {
-                            message_id,
-                            jobs: Vec::new(),
-                            error: Some(format!("message task failed: {err}")),
-                        }
-                    }
-                }
-            }
+            let message_id = message.message_id.clone().unwrap_or_default();
+            let (app, batch, invocation, permits) = (
+                app.clone(),
+                batch.clone(),
+                invocation.clone(),
+                permits.clone(),
+            );
+            let task = tokio::spawn(async move {
+                // Fair: messages start in the order they came.
+                let _permit = permits.acquire_owned().await;
+                process_message(app, batch, invocation, message).await
+            });
+            (message_id, task)
         })
-        .buffered(app.config.concurrency)
-        .collect()
-        .await;
+        .collect();
+    let cutoff = invocation.deadline_ms.map(|deadline| {
+        let left = deadline
+            .saturating_sub(RESPONSE_RESERVE_MS)
+            .saturating_sub(now_ms());
+        tokio::time::Instant::now() + Duration::from_millis(left)
+    });
+    let mut messages = Vec::with_capacity(tasks.len());
+    for (message_id, mut task) in tasks {
+        let finished = match cutoff {
+            Some(cutoff) => tokio::time::timeout_at(cutoff, &mut task).await.ok(),
+            None => Some((&mut task).await),
+        };
+        let failure = |error: String| MessageReport {
+            message_id: message_id.clone(),
+            jobs: Vec::new(),
+            error: Some(error),
+        };
+        messages.push(match finished {
+            Some(Ok(report)) => report,
+            Some(Err(err)) => {
+                tracing::error!(message_id, error = %err, "message task failed");
+                failure(format!("message task failed: {err}"))
+            }
+            None => {
+                task.abort();
+                tracing::warn!(
+                    message_id,
+                    "unfinished at the invocation deadline: it comes back"
+                );
+                failure("unfinished at the invocation deadline".into())
+            }
+        });
+    }
     BatchReport { messages }
 }
 
@@ -318,26 +399,9 @@ async fn process_record(
         key: key.clone(),
         version_id: record.version_id.clone(),
     };
-    let head = match app.store.head(&object).await {
-        Ok(Some(head))
-            if replaced_since_event(
-                record.etag.as_deref(),
-                record.version_id.as_deref(),
-                &head,
-            ) =>
-        {
-            Err((
-                Outcome::Skipped,
-                format!(
-                    "{object} was replaced since the event (ETag {} is now {})",
-                    record.etag.as_deref().unwrap_or(""),
-                    head.etag
-                ),
-            ))
-        }
-        Ok(Some(head)) => Ok(head),
-        Ok(None) => Err((Outcome::Skipped, format!("{object} is gone (NoSuchKey)"))),
-        Err(err) => Err((Outcome::Failed, err.to_string())),
+    let head = match app.too_late_to_start(invocation) {
+        Some(reason) => Err((Outcome::Deferred, reason)),
+        None => head_for_record(app, record, &object).await,
     };
     let head = match head {
         Ok(head) => head,
@@ -383,6 +447,36 @@ async fn process_record(
     reports
 }
 
+/// HeadObject of the record's object version; `Err` with the outcome when
+/// there is nothing to claim.
+async fn head_for_record(
+    app: &App,
+    record: &S3Record,
+    object: &ObjectRef,
+) -> Result<ObjectHead, (Outcome, String)> {
+    match app.store.head(object).await {
+        Ok(Some(head))
+            if replaced_since_event(
+                record.etag.as_deref(),
+                record.version_id.as_deref(),
+                &head,
+            ) =>
+        {
+            Err((
+                Outcome::Skipped,
+                format!(
+                    "{object} was replaced since the event (ETag {} is now {})",
+                    record.etag.as_deref().unwrap_or(""),
+                    head.etag
+                ),
+            ))
+        }
+        Ok(Some(head)) => Ok(head),
+        Ok(None) => Err((Outcome::Skipped, format!("{object} is gone (NoSuchKey)"))),
+        Err(err) => Err((Outcome::Failed, err.to_string())),
+    }
+}
+
 /// Claims one job and, when this worker wins it, runs the step.
 async fn run_job(
     app: &App,
@@ -414,6 +508,9 @@ async fn run_job(
         duration_ms: elapsed_ms(started),
         reason,
     };
+    if let Some(reason) = app.too_late_to_start(invocation) {
+        return report(Outcome::Deferred, 0, Some(reason));
+    }
     let claim = match app.ledger.claim(&request).await {
         Err(err) => return report(Outcome::Failed, 0, Some(err.to_string())),
         Ok(ClaimOutcome::Done(row)) => return report(Outcome::Reused, row.attempts, None),

@@ -8,7 +8,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Default margin added to a Lambda invocation's deadline.
-pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(10);
+pub const DEFAULT_LEASE_MARGIN: Duration = Duration::from_secs(10);
 /// Default lease outside Lambda (the CLI).
 pub const DEFAULT_FIXED_LEASE: Duration = Duration::from_secs(900);
 
@@ -23,7 +23,7 @@ pub struct LeasePolicy {
 impl Default for LeasePolicy {
     fn default() -> Self {
         LeasePolicy {
-            deadline_margin: DEFAULT_DEADLINE_MARGIN,
+            deadline_margin: DEFAULT_LEASE_MARGIN,
             fixed: DEFAULT_FIXED_LEASE,
         }
     }

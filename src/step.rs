@@ -282,6 +282,12 @@ pub trait Step: Send + Sync {
         Ok(())
     }
 
+    /// How long a run may take at most, declared so that no run starts
+    /// that the invocation deadline would cut off.
+    fn time_needed(&self, _params: &serde_json::Map<String, Value>) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
     /// Runs the step, writing its outputs. The manifest is written after.
     async fn run(
         &self,

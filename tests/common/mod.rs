@@ -103,6 +103,26 @@ impl Step for PanickingStep {
     }
 }
 
+/// A step that never finishes on its own, as a stuck decoder would not:
+/// only the invocation deadline ends it.
+#[derive(Debug, Default, Clone)]
+pub struct HangingStep;
+
+#[async_trait::async_trait]
+impl Step for HangingStep {
+    fn name(&self) -> &'static str {
+        "hangs"
+    }
+
+    async fn run(
+        &self,
+        _context: &StepContext<'_>,
+        _outputs: &mut JobOutputs,
+    ) -> Result<(), StepError> {
+        std::future::pending().await
+    }
+}
+
 /// A name no other test uses, valid for buckets, queues and tables.
 pub fn unique(prefix: &str) -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -123,6 +143,8 @@ pub struct Options {
     /// A separate output bucket; by default outputs go to the input bucket.
     pub separate_output_bucket: bool,
     pub recipes: Option<String>,
+    /// More configuration variables.
+    pub vars: Vec<(&'static str, String)>,
 }
 
 pub struct Pipeline {
@@ -239,6 +261,9 @@ impl Pipeline {
         if options.separate_output_bucket {
             vars.insert(ENV_OUTPUT_BUCKET.into(), output_bucket.clone());
         }
+        for (name, value) in options.vars {
+            vars.insert(name.to_string(), value);
+        }
         if let Some(recipes) = options.recipes {
             vars.insert(ENV_RECIPES.into(), recipes);
         }
@@ -246,13 +271,14 @@ impl Pipeline {
         let mut steps = StepRegistry::builtin();
         steps.register(Arc::new(counted.clone()));
         steps.register(Arc::new(PanickingStep));
+        steps.register(Arc::new(HangingStep));
         let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps).expect("config");
-        let app = Arc::new(App {
+        let app = Arc::new(App::new(
             config,
-            ledger: Ledger::new(counted_dynamodb, table.clone()),
-            store: ObjectStore::new(s3.clone()),
+            Ledger::new(counted_dynamodb, table.clone()),
+            ObjectStore::new(s3.clone()),
             steps,
-        });
+        ));
         app.ledger.check_table().await.expect("table is usable");
 
         Pipeline {
@@ -420,13 +446,22 @@ impl Pipeline {
     }
 }
 
+/// Hands messages to the handler as Lambda would, with a deadline a minute away.
 pub async fn handle_with(app: Arc<App>, messages: Vec<SqsMessage>) -> BatchReport {
+    handle_before(app, messages, mediaonce::lease::now_ms() + 60_000).await
+}
+
+/// Hands messages to the handler with the invocation deadline `deadline_ms`.
+pub async fn handle_before(
+    app: Arc<App>,
+    messages: Vec<SqsMessage>,
+    deadline_ms: u64,
+) -> BatchReport {
     let mut event = SqsEvent::default();
     event.records = messages;
     let invocation = Invocation {
         request_id: unique("req"),
-        // As inside Lambda: a deadline a minute away.
-        deadline_ms: Some(mediaonce::lease::now_ms() + 60_000),
+        deadline_ms: Some(deadline_ms),
     };
     handle_batch(app, event, invocation).await
 }

@@ -1,0 +1,142 @@
+//! The invocation deadline: a Lambda that times out returns nothing and SQS
+//! redelivers its whole batch, so the handler starts no job it cannot finish
+//! and answers in time, failing exactly the unfinished messages.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{handle_before, Options, Pipeline};
+use mediaonce::config::{Config, ENV_DEADLINE_MARGIN_SECS, ENV_RECIPES, ENV_TABLE};
+use mediaonce::handler::{App, Outcome};
+use mediaonce::lease::now_ms;
+use mediaonce::ledger::{JobStatus, Ledger};
+use mediaonce::step::{JobOutputs, Step, StepContext, StepError, StepRegistry};
+use mediaonce::store::ObjectStore;
+
+#[tokio::test]
+async fn too_close_to_the_deadline_no_job_starts() {
+    let p = Pipeline::new(Options {
+        recipes: Some(r#"[{"step":"counted-probe","version":1,"params":{}}]"#.into()),
+        ..Options::default()
+    })
+    .await;
+    p.put("a.bin", b"a", true).await;
+    p.put("b.bin", b"b", true).await;
+    let messages = p.receive(2).await;
+    let calls_before = p.ledger_calls.get();
+    // 2 s left, 5 s needed (the default margin).
+    let report = handle_before(p.app.clone(), messages, now_ms() + 2_000).await;
+    assert_eq!(report.response().batch_item_failures.len(), 2);
+    assert!(
+        report.jobs().all(|j| j.outcome == Outcome::Deferred),
+        "{report:?}"
+    );
+    assert!(report
+        .jobs()
+        .all(|j| j.reason.as_deref().unwrap().contains("invocation deadline")));
+    assert_eq!(p.ledger_calls.get(), calls_before, "nothing claimed");
+    assert_eq!(p.counted.runs(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_step_is_cut_off_and_only_its_message_comes_back() {
+    let p = Pipeline::new(Options {
+        recipes: Some(
+            r#"[{"step":"hangs","version":1,"params":{},"match":{"prefix":"stuck/"}},
+                {"step":"counted-probe","version":1,"params":{},"match":{"prefix":"ok/"}}]"#
+                .into(),
+        ),
+        vars: vec![(ENV_DEADLINE_MARGIN_SECS, "1".into())],
+        ..Options::default()
+    })
+    .await;
+    p.put("stuck/a.bin", b"never finishes", true).await;
+    p.put("ok/b.bin", b"fine", true).await;
+    let messages = p.receive(2).await;
+    let stuck_id = messages
+        .iter()
+        .find(|m| m.body.as_deref().unwrap().contains("stuck/"))
+        .and_then(|m| m.message_id.clone())
+        .unwrap();
+
+    let deadline = now_ms() + 3_000;
+    let report = handle_before(p.app.clone(), messages, deadline).await;
+    assert!(now_ms() < deadline, "answered before the deadline");
+    let failed: Vec<String> = report
+        .response()
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect();
+    assert_eq!(failed, vec![stuck_id.clone()]);
+    assert_eq!(p.counted.runs(), 1);
+    let stuck = report
+        .messages
+        .iter()
+        .find(|m| m.message_id == stuck_id)
+        .unwrap();
+    assert_eq!(
+        stuck.error.as_deref(),
+        Some("unfinished at the invocation deadline")
+    );
+
+    // Its claim stays until the lease (deadline + margin) passes; then the
+    // next delivery takes it over.
+    let key = mediaonce::key::job_key(
+        &mediaonce::key::sha256_hex(b"never finishes"),
+        &p.app.config.recipes[0].recipe_hash,
+    );
+    let row = p.row(&key).await.unwrap();
+    assert_eq!(row.status, JobStatus::Running);
+    assert_eq!(row.lease_until_ms, deadline + 10_000);
+}
+
+/// A step that declares how long it may take, from its params.
+struct Declared;
+
+#[async_trait::async_trait]
+impl Step for Declared {
+    fn name(&self) -> &'static str {
+        "declared"
+    }
+
+    fn time_needed(&self, params: &serde_json::Map<String, serde_json::Value>) -> Duration {
+        Duration::from_secs(params["needs_secs"].as_u64().unwrap_or(0))
+    }
+
+    async fn run(
+        &self,
+        _context: &StepContext<'_>,
+        _outputs: &mut JobOutputs,
+    ) -> Result<(), StepError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_slowest_configured_step_widens_the_margin() {
+    let mut steps = StepRegistry::builtin();
+    steps.register(Arc::new(Declared));
+    let recipes = r#"[{"step":"declared","version":1,"params":{"needs_secs":30}},
+                      {"step":"declared","version":2,"params":{"needs_secs":12}},
+                      {"step":"probe","version":1,"params":{}}]"#;
+    let config = Config::from_lookup(
+        |name| match name {
+            ENV_TABLE => Some("t".into()),
+            ENV_RECIPES => Some(recipes.into()),
+            _ => None,
+        },
+        &steps,
+    )
+    .unwrap();
+    let sdk = mediaonce::aws::load_sdk_config().await;
+    let app = App::new(
+        config,
+        Ledger::new(mediaonce::aws::dynamodb_client(&sdk), "t"),
+        ObjectStore::new(mediaonce::aws::s3_client(&sdk)),
+        steps,
+    );
+    assert_eq!(app.start_margin(), Duration::from_secs(35));
+}
