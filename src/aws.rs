@@ -31,6 +31,10 @@ pub fn s3_client(config: &SdkConfig) -> aws_sdk_s3::Client {
     aws_sdk_s3::Client::from_conf(s3_config)
 }
 
+pub fn sqs_client(config: &SdkConfig) -> aws_sdk_sqs::Client {
+    aws_sdk_sqs::Client::new(config)
+}
+
 pub fn dynamodb_client(config: &SdkConfig) -> aws_sdk_dynamodb::Client {
     aws_sdk_dynamodb::Client::new(config)
 }

@@ -21,6 +21,7 @@ use crate::fingerprint::{fingerprint, replaced_since_event, ObjectHead};
 use crate::key::job_key;
 use crate::lease::now_ms;
 use crate::ledger::{Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger, LedgerError};
+use crate::queue::{busy_delay_secs, queue_url_from_arn, Queue};
 use crate::step::{JobInput, JobOutputs, Manifest, StepContext, StepError, StepRegistry};
 use crate::store::{ObjectRef, ObjectStore};
 
@@ -78,6 +79,8 @@ pub struct JobReport {
     pub duration_ms: u64,
     /// Why it failed or was skipped.
     pub reason: Option<String>,
+    /// When busy: when the holder's lease ends.
+    pub busy_until_ms: Option<u64>,
 }
 
 impl JobReport {
@@ -104,6 +107,11 @@ pub struct MessageReport {
 impl MessageReport {
     pub fn must_retry(&self) -> bool {
         self.error.is_some() || self.jobs.iter().any(|j| j.outcome.must_retry())
+    }
+
+    /// When the last lease of its busy jobs ends, if any is busy.
+    pub fn busy_until_ms(&self) -> Option<u64> {
+        self.jobs.iter().filter_map(|j| j.busy_until_ms).max()
     }
 }
 
@@ -160,13 +168,20 @@ pub struct App {
     pub config: Config,
     pub ledger: Ledger,
     pub store: ObjectStore,
+    pub queue: Queue,
     pub steps: StepRegistry,
     /// No job starts with less than this left before the deadline.
     start_margin: Duration,
 }
 
 impl App {
-    pub fn new(config: Config, ledger: Ledger, store: ObjectStore, steps: StepRegistry) -> Self {
+    pub fn new(
+        config: Config,
+        ledger: Ledger,
+        store: ObjectStore,
+        queue: Queue,
+        steps: StepRegistry,
+    ) -> Self {
         let slowest = config
             .recipes
             .iter()
@@ -184,6 +199,7 @@ impl App {
             config,
             ledger,
             store,
+            queue,
             steps,
         }
     }
@@ -212,6 +228,7 @@ impl App {
             config.clone(),
             Ledger::new(crate::aws::dynamodb_client(&sdk), config.table.clone()),
             ObjectStore::new(crate::aws::s3_client(&sdk)),
+            Queue::new(crate::aws::sqs_client(&sdk)),
             steps,
         );
         app.ledger.check_table().await?;
@@ -305,9 +322,57 @@ async fn process_message(
     invocation: Arc<Invocation>,
     message: SqsMessage,
 ) -> MessageReport {
-    let message_id = message.message_id.unwrap_or_default();
-    let body = message.body.unwrap_or_default();
-    let records = match parse_body(&body) {
+    let message_id = message.message_id.clone().unwrap_or_default();
+    let body = message.body.as_deref().unwrap_or_default();
+    let report = process_body(&app, &batch, &invocation, message_id, body).await;
+    if let Some(busy_until_ms) = report
+        .must_retry()
+        .then(|| report.busy_until_ms())
+        .flatten()
+    {
+        delay_busy_message(&app, &report.message_id, &message, busy_until_ms).await;
+    }
+    report
+}
+
+/// Hands a busy message back for when its holder's lease ends. Failing to is
+/// harmless: it comes back after the queue's visibility timeout instead.
+async fn delay_busy_message(app: &App, message_id: &str, message: &SqsMessage, busy_until_ms: u64) {
+    let (Some(arn), Some(receipt_handle)) = (&message.event_source_arn, &message.receipt_handle)
+    else {
+        tracing::warn!(
+            message_id,
+            "busy message has no queue ARN or receipt handle: left as it is"
+        );
+        return;
+    };
+    let Some(queue_url) = queue_url_from_arn(arn) else {
+        tracing::warn!(
+            message_id,
+            arn,
+            "busy message's eventSourceARN is not an SQS queue: left as it is"
+        );
+        return;
+    };
+    let seconds = busy_delay_secs(busy_until_ms, now_ms(), fastrand::u64(0..=1_000));
+    match app.queue.delay(&queue_url, receipt_handle, seconds).await {
+        Ok(()) => tracing::info!(
+            message_id,
+            seconds,
+            "busy message comes back when the holder's lease ends"
+        ),
+        Err(err) => tracing::warn!(message_id, error = %err, "could not delay the busy message"),
+    }
+}
+
+async fn process_body(
+    app: &App,
+    batch: &BatchJobs,
+    invocation: &Invocation,
+    message_id: String,
+    body: &str,
+) -> MessageReport {
+    let records = match parse_body(body) {
         Ok(Notification::Records(records)) => records,
         Ok(Notification::TestEvent) => {
             tracing::info!(message_id, "s3:TestEvent acknowledged");
@@ -328,7 +393,7 @@ async fn process_message(
     };
     let mut jobs = Vec::new();
     for record in &records {
-        jobs.extend(process_record(&app, &batch, &invocation, &message_id, record).await);
+        jobs.extend(process_record(app, batch, invocation, &message_id, record).await);
     }
     MessageReport {
         message_id,
@@ -417,6 +482,7 @@ async fn process_record(
                         attempt: 0,
                         duration_ms: elapsed_ms(started),
                         reason: Some(reason.clone()),
+                        busy_until_ms: None,
                     };
                     log_job(&report, message_id, &object);
                     report
@@ -507,6 +573,7 @@ async fn run_job(
         attempt,
         duration_ms: elapsed_ms(started),
         reason,
+        busy_until_ms: None,
     };
     if let Some(reason) = app.too_late_to_start(invocation) {
         return report(Outcome::Deferred, 0, Some(reason));
@@ -515,11 +582,14 @@ async fn run_job(
         Err(err) => return report(Outcome::Failed, 0, Some(err.to_string())),
         Ok(ClaimOutcome::Done(row)) => return report(Outcome::Reused, row.attempts, None),
         Ok(ClaimOutcome::Busy(row)) => {
-            return report(
-                Outcome::Busy,
-                row.attempts,
-                Some(format!("held until {} ms", row.lease_until_ms)),
-            )
+            return JobReport {
+                busy_until_ms: Some(row.lease_until_ms),
+                ..report(
+                    Outcome::Busy,
+                    row.attempts,
+                    Some(format!("held until {} ms", row.lease_until_ms)),
+                )
+            }
         }
         Ok(ClaimOutcome::Poisoned(row)) => {
             let error = row.error.as_deref().unwrap_or("no error recorded");

@@ -9,6 +9,7 @@
 //! - [`config`]: configuration from the environment;
 //! - [`ledger`]: the DynamoDB claim ledger;
 //! - [`store`]: the S3 calls;
+//! - [`queue`]: handing busy messages back for when their holder is done;
 //! - [`step`] and [`steps`]: the work, and where its outputs go;
 //! - [`handler`]: an SQS batch in, a partial batch response out.
 //!
@@ -22,6 +23,7 @@ pub mod handler;
 pub mod key;
 pub mod lease;
 pub mod ledger;
+pub mod queue;
 pub mod step;
 pub mod steps;
 pub mod store;

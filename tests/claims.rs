@@ -379,3 +379,41 @@ async fn a_job_that_keeps_failing_is_poisoned_after_max_attempts() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_busy_message_comes_back_when_the_holders_lease_ends_not_after_the_visibility_timeout() {
+    let (p, message, key) = one_upload().await;
+    // The queue's visibility timeout is 30 s; the holder's lease ends in 1 s.
+    seed(&p, &key, JobStatus::Running, now_ms() + 1_000, None).await;
+    let report = p.handle(vec![message.clone()]).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!(job.outcome, Outcome::Busy);
+    assert!(job.busy_until_ms.is_some());
+    // Long-polls of the real queue for at most ~10 s: without the new
+    // visibility (2 to 3 s) the message would stay hidden for 30 s.
+    let mut back = None;
+    for _ in 0..10 {
+        back = p
+            .receive_batch()
+            .await
+            .into_iter()
+            .find(|m| m.message_id == message.message_id);
+        if back.is_some() {
+            break;
+        }
+    }
+    assert!(back.is_some(), "the busy message came back early");
+}
+
+#[tokio::test]
+async fn failing_to_delay_a_busy_message_is_harmless() {
+    let (p, mut message, key) = one_upload().await;
+    seed(&p, &key, JobStatus::Running, now_ms() + 600_000, None).await;
+    message.event_source_arn = Some("arn:aws:sqs:us-east-1:000000000000:no-such-queue".into());
+    let report = p.handle(vec![message.clone()]).await;
+    assert_eq!(report.jobs().next().unwrap().outcome, Outcome::Busy);
+    assert_eq!(report.response().batch_item_failures.len(), 1);
+    message.event_source_arn = Some("not an arn".into());
+    let report = p.handle(vec![message]).await;
+    assert_eq!(report.response().batch_item_failures.len(), 1);
+}

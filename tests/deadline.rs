@@ -12,6 +12,7 @@ use mediaonce::config::{Config, ENV_DEADLINE_MARGIN_SECS, ENV_RECIPES, ENV_TABLE
 use mediaonce::handler::{App, Outcome};
 use mediaonce::lease::now_ms;
 use mediaonce::ledger::{JobStatus, Ledger};
+use mediaonce::queue::Queue;
 use mediaonce::step::{JobOutputs, Step, StepContext, StepError, StepRegistry};
 use mediaonce::store::ObjectStore;
 
@@ -136,6 +137,7 @@ async fn the_slowest_configured_step_widens_the_margin() {
         config,
         Ledger::new(mediaonce::aws::dynamodb_client(&sdk), "t"),
         ObjectStore::new(mediaonce::aws::s3_client(&sdk)),
+        Queue::new(mediaonce::aws::sqs_client(&sdk)),
         steps,
     );
     assert_eq!(app.start_margin(), Duration::from_secs(35));

@@ -24,6 +24,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use mediaonce::config::{Config, ENV_OUTPUT_BUCKET, ENV_RECIPES, ENV_TABLE};
 use mediaonce::handler::{handle_batch, App, BatchReport, Invocation};
 use mediaonce::ledger::{JobRow, Ledger};
+use mediaonce::queue::Queue;
 use mediaonce::step::{JobOutputs, Step, StepContext, StepError, StepRegistry};
 use mediaonce::steps::probe::Probe;
 use mediaonce::store::ObjectStore;
@@ -277,6 +278,7 @@ impl Pipeline {
             config,
             Ledger::new(counted_dynamodb, table.clone()),
             ObjectStore::new(s3.clone()),
+            Queue::new(sqs.clone()),
             steps,
         ));
         app.ledger.check_table().await.expect("table is usable");
@@ -342,7 +344,7 @@ impl Pipeline {
     }
 
     /// One long-poll of the queue: up to 10 messages.
-    async fn receive_batch(&self) -> Vec<aws_sdk_sqs::types::Message> {
+    pub async fn receive_batch(&self) -> Vec<aws_sdk_sqs::types::Message> {
         self.sqs
             .receive_message()
             .queue_url(&self.queue_url)

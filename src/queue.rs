@@ -1,0 +1,130 @@
+//! The queue: handing a busy message back for when its holder's lease ends.
+//!
+//! A busy message would otherwise come back after the queue's whole
+//! visibility timeout (at least 6x the function timeout), often far later
+//! than the holder needs.
+
+use std::time::Duration;
+
+use crate::aws::describe_error;
+
+/// Bounds on a busy message's new visibility timeout: SQS allows 0 to 12 h,
+/// and less than 2 s would only spin.
+pub const MIN_BUSY_DELAY: Duration = Duration::from_secs(2);
+pub const MAX_BUSY_DELAY: Duration = Duration::from_secs(12 * 60 * 60);
+
+/// The visibility timeout, in whole seconds, that brings a message back when
+/// a lease ending at `lease_until_ms` has passed, plus `jitter_ms` so that
+/// many waiters do not return at once. Pure.
+pub fn busy_delay_secs(lease_until_ms: u64, now_ms: u64, jitter_ms: u64) -> i32 {
+    let wait_ms = lease_until_ms
+        .saturating_sub(now_ms)
+        .saturating_add(jitter_ms);
+    let secs = wait_ms.div_ceil(1_000);
+    secs.clamp(MIN_BUSY_DELAY.as_secs(), MAX_BUSY_DELAY.as_secs()) as i32
+}
+
+/// The queue URL of an SQS queue ARN (`arn:<partition>:sqs:<region>:<account>:<name>`).
+pub fn queue_url_from_arn(arn: &str) -> Option<String> {
+    let mut parts = arn.split(':');
+    let (Some("arn"), Some(partition), Some("sqs"), Some(region), Some(account), Some(name), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return None;
+    };
+    if region.is_empty() || account.is_empty() || name.is_empty() {
+        return None;
+    }
+    let domain = match partition {
+        "aws-cn" => "amazonaws.com.cn",
+        _ => "amazonaws.com",
+    };
+    Some(format!("https://sqs.{region}.{domain}/{account}/{name}"))
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("ChangeMessageVisibility on {queue_url} failed: {message}")]
+pub struct DelayError {
+    pub queue_url: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Queue {
+    client: aws_sdk_sqs::Client,
+}
+
+impl Queue {
+    pub fn new(client: aws_sdk_sqs::Client) -> Self {
+        Queue { client }
+    }
+
+    /// Makes a received message visible again in `seconds`.
+    pub async fn delay(
+        &self,
+        queue_url: &str,
+        receipt_handle: &str,
+        seconds: i32,
+    ) -> Result<(), DelayError> {
+        self.client
+            .change_message_visibility()
+            .queue_url(queue_url)
+            .receipt_handle(receipt_handle)
+            .visibility_timeout(seconds)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|err| DelayError {
+                queue_url: queue_url.to_string(),
+                message: describe_error(&err),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delay_reaches_past_the_lease_within_bounds() {
+        assert_eq!(busy_delay_secs(10_000, 0, 0), 10);
+        assert_eq!(
+            busy_delay_secs(10_001, 0, 0),
+            11,
+            "rounded up: never before the lease ends"
+        );
+        assert_eq!(busy_delay_secs(10_000, 0, 900), 11);
+        assert_eq!(
+            busy_delay_secs(0, 5_000, 0),
+            2,
+            "a passed lease: the minimum"
+        );
+        assert_eq!(busy_delay_secs(u64::MAX, 0, 0), 43_200, "at most 12 h");
+    }
+
+    #[test]
+    fn queue_urls_from_arns() {
+        assert_eq!(
+            queue_url_from_arn("arn:aws:sqs:eu-west-1:123456789012:jobs").as_deref(),
+            Some("https://sqs.eu-west-1.amazonaws.com/123456789012/jobs")
+        );
+        assert_eq!(
+            queue_url_from_arn("arn:aws-cn:sqs:cn-north-1:123456789012:jobs.fifo").as_deref(),
+            Some("https://sqs.cn-north-1.amazonaws.com.cn/123456789012/jobs.fifo")
+        );
+        for bad in [
+            "",
+            "arn:aws:s3:::bucket",
+            "arn:aws:sqs:eu-west-1:123",
+            "arn:aws:sqs:r:a:n:extra",
+        ] {
+            assert_eq!(queue_url_from_arn(bad), None, "{bad}");
+        }
+    }
+}
