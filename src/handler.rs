@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError, RecipeRule};
 use crate::event::{parse_body, EventKind, Notification, S3Record};
+use crate::fifo::lanes;
 use crate::fingerprint::{fingerprint, replaced_since_event, ObjectHead};
 use crate::key::job_key;
 use crate::lease::now_ms;
@@ -252,85 +253,137 @@ impl BatchJobs {
     }
 }
 
-/// Handles one SQS batch. Inside Lambda it returns before the invocation
-/// deadline: a message still unfinished then is a batch item failure (its
-/// task is stopped; its claim expires with its lease).
+/// Handles one SQS batch. Messages run concurrently, except that those of
+/// one FIFO message group run in order ([`crate::fifo`]). Inside Lambda it
+/// returns before the invocation deadline: a message still unfinished then
+/// is a batch item failure (its task is stopped; its claim expires with its
+/// lease).
 pub async fn handle_batch(app: Arc<App>, event: SqsEvent, invocation: Invocation) -> BatchReport {
     let batch = Arc::new(BatchJobs::default());
     let invocation = Arc::new(invocation);
     let permits = Arc::new(Semaphore::new(app.config.concurrency));
+    let messages = event.records;
     // A message without an id cannot be named in the response; an empty
     // identifier makes Lambda retry the whole batch, which loses nothing.
-    let tasks: Vec<(String, JoinHandle<MessageReport>)> = event
-        .records
-        .into_iter()
-        .map(|message| {
-            let message_id = message.message_id.clone().unwrap_or_default();
-            let (app, batch, invocation, permits) = (
+    let ids: Vec<String> = messages
+        .iter()
+        .map(|m| m.message_id.clone().unwrap_or_default())
+        .collect();
+    let lanes = lanes(&messages);
+    let slots: Arc<Mutex<Vec<Option<MessageReport>>>> =
+        Arc::new(Mutex::new(vec![None; messages.len()]));
+    let mut messages: Vec<Option<SqsMessage>> = messages.into_iter().map(Some).collect();
+    let tasks: Vec<JoinHandle<()>> = lanes
+        .iter()
+        .map(|lane| {
+            let lane: Vec<(usize, SqsMessage)> = lane
+                .iter()
+                .filter_map(|&i| Some((i, messages[i].take()?)))
+                .collect();
+            let (app, batch, invocation, permits, slots) = (
                 app.clone(),
                 batch.clone(),
                 invocation.clone(),
                 permits.clone(),
+                slots.clone(),
             );
-            let task = tokio::spawn(async move {
-                // Fair: messages start in the order they came.
-                let _permit = permits.acquire_owned().await;
-                process_message(app, batch, invocation, message).await
-            });
-            (message_id, task)
+            tokio::spawn(async move {
+                let mut earlier_failed = false;
+                for (index, message) in lane {
+                    let report = if earlier_failed {
+                        let message_id = message.message_id.unwrap_or_default();
+                        tracing::warn!(
+                            message_id,
+                            "an earlier message of its FIFO group failed: not run, it comes back"
+                        );
+                        failed_message(
+                            message_id,
+                            "an earlier message of its FIFO group failed in this batch",
+                        )
+                    } else {
+                        // Fair: messages start in the order they came.
+                        let _permit = permits.acquire().await;
+                        process_message(&app, &batch, &invocation, message).await
+                    };
+                    earlier_failed |= report.must_retry();
+                    lock(&slots)[index] = Some(report);
+                }
+            })
         })
         .collect();
+
     let cutoff = invocation.deadline_ms.map(|deadline| {
         let left = deadline
             .saturating_sub(RESPONSE_RESERVE_MS)
             .saturating_sub(now_ms());
         tokio::time::Instant::now() + Duration::from_millis(left)
     });
-    let mut messages = Vec::with_capacity(tasks.len());
-    for (message_id, mut task) in tasks {
+    let mut fates: Vec<Option<String>> = Vec::with_capacity(tasks.len());
+    for mut task in tasks {
         let finished = match cutoff {
             Some(cutoff) => tokio::time::timeout_at(cutoff, &mut task).await.ok(),
             None => Some((&mut task).await),
         };
-        let failure = |error: String| MessageReport {
-            message_id: message_id.clone(),
-            jobs: Vec::new(),
-            error: Some(error),
-        };
-        messages.push(match finished {
-            Some(Ok(report)) => report,
-            Some(Err(err)) => {
-                tracing::error!(message_id, error = %err, "message task failed");
-                failure(format!("message task failed: {err}"))
-            }
+        fates.push(match finished {
+            Some(Ok(())) => None,
+            Some(Err(err)) => Some(format!("message task failed: {err}")),
             None => {
                 task.abort();
-                tracing::warn!(
-                    message_id,
-                    "unfinished at the invocation deadline: it comes back"
-                );
-                failure("unfinished at the invocation deadline".into())
+                Some("unfinished at the invocation deadline".to_string())
             }
         });
     }
-    BatchReport { messages }
+    let mut slots = lock(&slots);
+    let mut reports = Vec::with_capacity(ids.len());
+    for (lane, fate) in lanes.iter().zip(&fates) {
+        for &index in lane {
+            let report = slots[index].take().unwrap_or_else(|| {
+                let error = fate
+                    .clone()
+                    .unwrap_or_else(|| "message task ended without a report".into());
+                tracing::warn!(message_id = ids[index], error, "message comes back");
+                failed_message(ids[index].clone(), &error)
+            });
+            reports.push((index, report));
+        }
+    }
+    reports.sort_by_key(|(index, _)| *index);
+    BatchReport {
+        messages: reports.into_iter().map(|(_, report)| report).collect(),
+    }
+}
+
+fn failed_message(message_id: String, error: &str) -> MessageReport {
+    MessageReport {
+        message_id,
+        jobs: Vec::new(),
+        error: Some(error.to_string()),
+    }
+}
+
+/// Locks a mutex, even one a panicking task held: the data are reports,
+/// whole or absent.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 async fn process_message(
-    app: Arc<App>,
-    batch: Arc<BatchJobs>,
-    invocation: Arc<Invocation>,
+    app: &App,
+    batch: &BatchJobs,
+    invocation: &Invocation,
     message: SqsMessage,
 ) -> MessageReport {
     let message_id = message.message_id.clone().unwrap_or_default();
     let body = message.body.as_deref().unwrap_or_default();
-    let report = process_body(&app, &batch, &invocation, message_id, body).await;
+    let report = process_body(app, batch, invocation, message_id, body).await;
     if let Some(busy_until_ms) = report
         .must_retry()
         .then(|| report.busy_until_ms())
         .flatten()
     {
-        delay_busy_message(&app, &report.message_id, &message, busy_until_ms).await;
+        delay_busy_message(app, &report.message_id, &message, busy_until_ms).await;
     }
     report
 }

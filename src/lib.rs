@@ -4,6 +4,7 @@
 //! The modules, from pure to I/O:
 //! - [`key`]: recipes, canonical JSON, job keys;
 //! - [`event`]: SQS bodies carrying S3 notifications;
+//! - [`fifo`]: order within FIFO message groups;
 //! - [`fingerprint`]: the input hash of an object version;
 //! - [`lease`]: how long a claim lasts;
 //! - [`config`]: configuration from the environment;
@@ -18,6 +19,7 @@
 pub mod aws;
 pub mod config;
 pub mod event;
+pub mod fifo;
 pub mod fingerprint;
 pub mod handler;
 pub mod key;

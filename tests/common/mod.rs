@@ -20,7 +20,7 @@ use aws_sdk_s3::types::{
     BucketVersioningStatus, ChecksumAlgorithm, Event, NotificationConfiguration,
     QueueConfiguration, VersioningConfiguration,
 };
-use aws_sdk_sqs::types::QueueAttributeName;
+use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use mediaonce::config::{Config, ENV_OUTPUT_BUCKET, ENV_RECIPES, ENV_TABLE};
 use mediaonce::handler::{handle_batch, App, BatchReport, Invocation};
 use mediaonce::ledger::{JobRow, Ledger};
@@ -349,6 +349,7 @@ impl Pipeline {
             .receive_message()
             .queue_url(&self.queue_url)
             .max_number_of_messages(10)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
             .wait_time_seconds(1)
             .send()
             .await
@@ -390,16 +391,8 @@ impl Pipeline {
     }
 
     /// An SQS message as the Lambda event source mapping delivers it.
-    fn lambda_message(&self, message: aws_sdk_sqs::types::Message) -> SqsMessage {
-        let mut lambda = SqsMessage::default();
-        lambda.message_id = message.message_id;
-        lambda.receipt_handle = message.receipt_handle;
-        lambda.body = message.body;
-        lambda.md5_of_body = message.md5_of_body;
-        lambda.event_source = Some("aws:sqs".into());
-        lambda.event_source_arn = Some(self.queue_arn.clone());
-        lambda.aws_region = Some("us-east-1".into());
-        lambda
+    pub fn lambda_message(&self, message: aws_sdk_sqs::types::Message) -> SqsMessage {
+        lambda_message(message, &self.queue_arn)
     }
 
     pub async fn handle(&self, messages: Vec<SqsMessage>) -> BatchReport {
@@ -446,6 +439,26 @@ impl Pipeline {
         keys.sort();
         keys
     }
+}
+
+/// An SQS message as the Lambda event source mapping delivers it, with its
+/// system attributes (`MessageGroupId` for FIFO queues among them).
+pub fn lambda_message(message: aws_sdk_sqs::types::Message, queue_arn: &str) -> SqsMessage {
+    let mut lambda = SqsMessage::default();
+    lambda.attributes = message
+        .attributes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, value)| (name.as_str().to_string(), value))
+        .collect();
+    lambda.message_id = message.message_id;
+    lambda.receipt_handle = message.receipt_handle;
+    lambda.body = message.body;
+    lambda.md5_of_body = message.md5_of_body;
+    lambda.event_source = Some("aws:sqs".into());
+    lambda.event_source_arn = Some(queue_arn.to_string());
+    lambda.aws_region = Some("us-east-1".into());
+    lambda
 }
 
 /// Hands messages to the handler as Lambda would, with a deadline a minute away.

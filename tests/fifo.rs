@@ -1,0 +1,127 @@
+//! FIFO queues: a failed message fails the later messages of its message
+//! group in the batch, so the group's order is kept; other groups go on.
+
+mod common;
+
+use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use common::{lambda_message, unique, Options, Pipeline};
+use mediaonce::handler::Outcome;
+
+#[tokio::test]
+async fn a_failure_holds_back_the_rest_of_its_group_only() {
+    let p = Pipeline::new(Options {
+        recipes: Some(r#"[{"step":"counted-probe","version":1,"params":{}}]"#.into()),
+        ..Options::default()
+    })
+    .await;
+    // S3 cannot notify a FIFO queue, so the notifications S3 sent to the
+    // standard queue are forwarded to a FIFO queue, as a router would.
+    p.put("a1.bin", b"group a, second", true).await;
+    p.put("b1.bin", b"group b, first", true).await;
+    let notifications = p.receive(2).await;
+    let body_of = |key: &str| {
+        notifications
+            .iter()
+            .find(|m| m.body.as_deref().unwrap().contains(key))
+            .and_then(|m| m.body.clone())
+            .unwrap()
+    };
+
+    let fifo_url = p
+        .sqs
+        .create_queue()
+        .queue_name(format!("{}.fifo", unique("f")))
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        .attributes(QueueAttributeName::ContentBasedDeduplication, "true")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let fifo_arn = p
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&fifo_url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()[&QueueAttributeName::QueueArn]
+        .clone();
+    let sends = [
+        ("a", "{\"not\": \"an S3 notification\"}".to_string()),
+        ("a", body_of("a1.bin")),
+        ("b", body_of("b1.bin")),
+    ];
+    for (group, body) in &sends {
+        p.sqs
+            .send_message()
+            .queue_url(&fifo_url)
+            .message_group_id(*group)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+    let mut batch = Vec::new();
+    for _ in 0..20 {
+        if batch.len() == 3 {
+            break;
+        }
+        let received = p
+            .sqs
+            .receive_message()
+            .queue_url(&fifo_url)
+            .max_number_of_messages(10)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        batch.extend(
+            received
+                .messages
+                .unwrap_or_default()
+                .into_iter()
+                .map(|m| lambda_message(m, &fifo_arn)),
+        );
+    }
+    assert_eq!(batch.len(), 3);
+    let ids: Vec<String> = batch
+        .iter()
+        .map(|m| m.message_id.clone().unwrap())
+        .collect();
+    let group_of = |i: usize| batch[i].attributes["MessageGroupId"].clone();
+    let (a_bad, a_good, b_good) = (
+        (0..3)
+            .find(|&i| group_of(i) == "a" && batch[i].body.as_deref().unwrap().contains("not"))
+            .unwrap(),
+        (0..3)
+            .find(|&i| group_of(i) == "a" && batch[i].body.as_deref().unwrap().contains("a1.bin"))
+            .unwrap(),
+        (0..3).find(|&i| group_of(i) == "b").unwrap(),
+    );
+    assert!(a_bad < a_good, "SQS delivers a group in order");
+
+    let report = p.handle(batch).await;
+    let mut failed: Vec<String> = report
+        .response()
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect();
+    failed.sort();
+    let mut expected = vec![ids[a_bad].clone(), ids[a_good].clone()];
+    expected.sort();
+    assert_eq!(failed, expected, "{report:?}");
+    // The held-back message did not run; group b did.
+    assert_eq!(p.counted.runs(), 1);
+    assert_eq!(report.messages[b_good].jobs[0].outcome, Outcome::Ran);
+    assert!(report.messages[a_good].jobs.is_empty());
+    assert!(report.messages[a_good]
+        .error
+        .as_deref()
+        .unwrap()
+        .contains("earlier message of its FIFO group"));
+}
