@@ -5,6 +5,9 @@
 //! a record without a bucket name or object key is an error that names it.
 
 use serde::Deserialize;
+use serde_json::Value;
+
+use crate::key::json_type;
 
 /// What one SQS message body holds.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,10 +33,13 @@ pub struct S3Record {
 }
 
 impl S3Record {
+    /// From S3's event name (`ObjectCreated:Put`) or EventBridge's detail
+    /// type (`Object Created`).
     pub fn kind(&self) -> EventKind {
-        if self.event_name.starts_with("ObjectCreated:") {
+        let name = self.event_name.as_str();
+        if name.starts_with("ObjectCreated:") || name == "Object Created" {
             EventKind::Created
-        } else if self.event_name.starts_with("ObjectRemoved:") {
+        } else if name.starts_with("ObjectRemoved:") || name == "Object Deleted" {
             EventKind::Removed
         } else {
             EventKind::Other
@@ -64,7 +70,7 @@ struct RawBody {
     #[serde(rename = "Event")]
     event: Option<String>,
     #[serde(rename = "Records")]
-    records: Option<Vec<serde_json::Value>>,
+    records: Option<Vec<Value>>,
 }
 
 #[derive(Deserialize)]
@@ -95,15 +101,72 @@ struct RawObject {
     size: Option<u64>,
 }
 
-/// Parses one SQS message body.
+/// An S3 event as EventBridge delivers it (`source: aws.s3`).
+#[derive(Deserialize)]
+struct RawEventBridge {
+    #[serde(rename = "detail-type")]
+    detail_type: String,
+    detail: RawDetail,
+}
+
+#[derive(Deserialize)]
+struct RawDetail {
+    bucket: RawBucket,
+    object: RawDetailObject,
+}
+
+#[derive(Deserialize)]
+struct RawDetailObject {
+    key: String,
+    #[serde(rename = "version-id")]
+    version_id: Option<String>,
+    etag: Option<String>,
+    size: Option<u64>,
+}
+
+/// Parses one SQS message body. Three shapes reach SQS:
+/// - an S3 event notification (S3 → SQS): `{"Records": [...]}`, keys URL-encoded;
+/// - the same inside an SNS envelope (S3 → SNS → SQS, raw delivery off):
+///   `{"Type": "Notification", "Message": "<the notification as a string>"}`;
+/// - an EventBridge event (S3 → EventBridge → SQS): `{"source": "aws.s3",
+///   "detail-type": "Object Created", "detail": {...}}`, keys not encoded.
 pub fn parse_body(body: &str) -> Result<Notification, BodyError> {
-    let raw: RawBody = serde_json::from_str(body).map_err(|e| {
-        if serde_json::from_str::<serde_json::Value>(body).is_ok() {
-            BodyError::NotS3(e.to_string())
-        } else {
-            BodyError::NotJson(e.to_string())
-        }
+    let value: Value = serde_json::from_str(body).map_err(|e| BodyError::NotJson(e.to_string()))?;
+    let object = value.as_object().ok_or_else(|| {
+        BodyError::NotS3(format!(
+            "the body is {}, not a JSON object",
+            json_type(&value)
+        ))
     })?;
+    if object.get("Type").and_then(Value::as_str) == Some("Notification") {
+        let message = object
+            .get("Message")
+            .and_then(Value::as_str)
+            .ok_or_else(|| BodyError::NotS3("SNS envelope without a \"Message\" string".into()))?;
+        let inner: Value = serde_json::from_str(message)
+            .map_err(|e| BodyError::NotS3(format!("SNS message is not JSON: {e}")))?;
+        return parse_notification(inner).map_err(|e| match e {
+            BodyError::NotS3(problem) => BodyError::NotS3(format!("SNS message: {problem}")),
+            other => other,
+        });
+    }
+    if object.get("source").and_then(Value::as_str) == Some("aws.s3")
+        && object.contains_key("detail-type")
+    {
+        return parse_eventbridge(value).map(|record| Notification::Records(vec![record]));
+    }
+    parse_notification(value)
+}
+
+fn parse_notification(value: Value) -> Result<Notification, BodyError> {
+    if !value.is_object() {
+        return Err(BodyError::NotS3(format!(
+            "{} is not an S3 notification",
+            json_type(&value)
+        )));
+    }
+    let raw: RawBody =
+        serde_json::from_value(value).map_err(|e| BodyError::NotS3(e.to_string()))?;
     if raw.event.as_deref() == Some("s3:TestEvent") {
         return Ok(Notification::TestEvent);
     }
@@ -123,6 +186,38 @@ pub fn parse_body(body: &str) -> Result<Notification, BodyError> {
         .map(Notification::Records)
 }
 
+fn parse_eventbridge(value: Value) -> Result<S3Record, BodyError> {
+    let bad = |problem: String| BodyError::BadRecord { index: 0, problem };
+    let raw: RawEventBridge =
+        serde_json::from_value(value).map_err(|e| bad(format!("EventBridge event: {e}")))?;
+    let (bucket, key) = (raw.detail.bucket.name, raw.detail.object.key);
+    if bucket.is_empty() {
+        return Err(bad("empty bucket name".into()));
+    }
+    if key.is_empty() {
+        return Err(bad("empty object key".into()));
+    }
+    Ok(S3Record {
+        event_name: raw.detail_type,
+        bucket,
+        // EventBridge carries the key as it is, not URL-encoded.
+        key,
+        version_id: non_null_version(raw.detail.object.version_id),
+        etag: clean_etag(raw.detail.object.etag),
+        size: raw.detail.object.size,
+    })
+}
+
+/// S3 writes "null" for objects put before versioning was enabled.
+fn non_null_version(version: Option<String>) -> Option<String> {
+    version.filter(|v| !v.is_empty() && v != "null")
+}
+
+fn clean_etag(etag: Option<String>) -> Option<String> {
+    etag.map(|e| e.trim_matches('"').to_string())
+        .filter(|e| !e.is_empty())
+}
+
 fn parse_record(value: serde_json::Value) -> Result<S3Record, String> {
     let raw: RawRecord = serde_json::from_value(value).map_err(|e| e.to_string())?;
     if raw.s3.bucket.name.is_empty() {
@@ -136,18 +231,8 @@ fn parse_record(value: serde_json::Value) -> Result<S3Record, String> {
         event_name: raw.event_name,
         bucket: raw.s3.bucket.name,
         key,
-        // S3 writes "null" for objects put before versioning was enabled.
-        version_id: raw
-            .s3
-            .object
-            .version_id
-            .filter(|v| !v.is_empty() && v != "null"),
-        etag: raw
-            .s3
-            .object
-            .etag
-            .map(|e| e.trim_matches('"').to_string())
-            .filter(|e| !e.is_empty()),
+        version_id: non_null_version(raw.s3.object.version_id),
+        etag: clean_etag(raw.s3.object.etag),
         size: raw.s3.object.size,
     })
 }
@@ -220,6 +305,58 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         assert!(matches!(parse_body("[1,2]"), Err(BodyError::NotS3(_))));
+    }
+
+    #[test]
+    fn unwraps_an_sns_envelope() {
+        let envelope = serde_json::json!({
+            "Type": "Notification",
+            "MessageId": "m",
+            "TopicArn": "arn:aws:sns:us-east-1:123456789012:uploads",
+            "Subject": "Amazon S3 Notification",
+            "Message": put_body("a%20b.png"),
+        })
+        .to_string();
+        let Notification::Records(records) = parse_body(&envelope).unwrap() else {
+            panic!("expected records");
+        };
+        assert_eq!(records[0].key, "a b.png");
+        let not_s3 =
+            serde_json::json!({"Type": "Notification", "Message": "{\"alarm\": true}"}).to_string();
+        match parse_body(&not_s3) {
+            Err(BodyError::NotS3(problem)) => {
+                assert!(problem.starts_with("SNS message: "), "{problem}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let test_event =
+            serde_json::json!({"Type": "Notification", "Message": "{\"Event\":\"s3:TestEvent\"}"})
+                .to_string();
+        assert_eq!(parse_body(&test_event), Ok(Notification::TestEvent));
+    }
+
+    #[test]
+    fn reads_an_eventbridge_event_whose_key_is_not_encoded() {
+        let event = serde_json::json!({
+            "version": "0", "id": "e", "detail-type": "Object Created", "source": "aws.s3",
+            "account": "123456789012", "time": "2026-12-02T12:00:00Z", "region": "us-east-1",
+            "resources": ["arn:aws:s3:::in"],
+            "detail": {"version": "0", "bucket": {"name": "in"},
+                       "object": {"key": "a+b%20c.png", "size": 5, "etag": "abc", "version-id": "v1", "sequencer": "1"},
+                       "request-id": "r", "requester": "123456789012", "reason": "PutObject"}
+        })
+        .to_string();
+        let Notification::Records(records) = parse_body(&event).unwrap() else {
+            panic!("expected records");
+        };
+        assert_eq!(records[0].key, "a+b%20c.png");
+        assert_eq!(records[0].version_id.as_deref(), Some("v1"));
+        assert_eq!(records[0].kind(), EventKind::Created);
+        let deleted = event.replace("Object Created", "Object Deleted");
+        let Notification::Records(records) = parse_body(&deleted).unwrap() else {
+            panic!()
+        };
+        assert_eq!(records[0].kind(), EventKind::Removed);
     }
 
     #[test]
