@@ -227,7 +227,7 @@ impl App {
         let sdk = crate::aws::load_sdk_config().await;
         let app = App::new(
             config.clone(),
-            Ledger::new(crate::aws::dynamodb_client(&sdk), config.table.clone()),
+            Ledger::dynamodb(crate::aws::dynamodb_client(&sdk), config.table.clone()),
             ObjectStore::new(crate::aws::s3_client(&sdk)),
             Queue::new(crate::aws::sqs_client(&sdk)),
             steps,

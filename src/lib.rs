@@ -8,7 +8,8 @@
 //! - [`fingerprint`]: the input hash of an object version;
 //! - [`lease`]: how long a claim lasts;
 //! - [`config`]: configuration from the environment;
-//! - [`ledger`]: the DynamoDB claim ledger;
+//! - [`ledger`]: the claim ledger (DynamoDB, in memory, failure-injecting);
+//! - [`faults`]: which calls fail, for failure-injection tests;
 //! - [`store`]: the S3 calls;
 //! - [`queue`]: handing busy messages back for when their holder is done;
 //! - [`step`] and [`steps`]: the work, and where its outputs go;
@@ -19,6 +20,7 @@
 pub mod aws;
 pub mod config;
 pub mod event;
+pub mod faults;
 pub mod fifo;
 pub mod fingerprint;
 pub mod handler;

@@ -134,7 +134,7 @@ async fn ledger() -> Ledger {
     let client = mediaonce::aws::dynamodb_client(&sdk);
     let table = unique("ledger");
     create_table(&client, &table).await;
-    Ledger::new(client, table)
+    Ledger::dynamodb(client, table)
 }
 
 #[tokio::test]

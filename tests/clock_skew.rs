@@ -32,7 +32,7 @@ async fn ledger() -> Ledger {
     let client = mediaonce::aws::dynamodb_client(&sdk);
     let table = unique("skew");
     create_table(&client, &table).await;
-    Ledger::new(client, table)
+    Ledger::dynamodb(client, table)
 }
 
 /// Worker A claims at T0 with a correct clock; its invocation ends at T0 + 60 s.

@@ -135,7 +135,7 @@ async fn the_slowest_configured_step_widens_the_margin() {
     let sdk = mediaonce::aws::load_sdk_config().await;
     let app = App::new(
         config,
-        Ledger::new(mediaonce::aws::dynamodb_client(&sdk), "t"),
+        Ledger::dynamodb(mediaonce::aws::dynamodb_client(&sdk), "t"),
         ObjectStore::new(mediaonce::aws::s3_client(&sdk)),
         Queue::new(mediaonce::aws::sqs_client(&sdk)),
         steps,

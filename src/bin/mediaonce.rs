@@ -140,7 +140,11 @@ where
     };
     block_on(async {
         let sdk = mediaonce::aws::load_sdk_config().await;
-        work(Ledger::new(mediaonce::aws::dynamodb_client(&sdk), table)).await
+        work(Ledger::dynamodb(
+            mediaonce::aws::dynamodb_client(&sdk),
+            table,
+        ))
+        .await
     })
 }
 

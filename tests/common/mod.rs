@@ -276,7 +276,7 @@ impl Pipeline {
         let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps).expect("config");
         let app = Arc::new(App::new(
             config,
-            Ledger::new(counted_dynamodb, table.clone()),
+            Ledger::dynamodb(counted_dynamodb, table.clone()),
             ObjectStore::new(s3.clone()),
             Queue::new(sqs.clone()),
             steps,
@@ -400,7 +400,7 @@ impl Pipeline {
     }
 
     pub async fn row(&self, job_key: &str) -> Option<JobRow> {
-        Ledger::new(self.dynamodb.clone(), self.table.clone())
+        Ledger::dynamodb(self.dynamodb.clone(), self.table.clone())
             .get(job_key)
             .await
             .expect("get row")

@@ -1,0 +1,144 @@
+//! Failure injection: a plan of which calls fail, shared by the
+//! failure-injecting ledger table ([`crate::ledger::faults::FaultyTable`])
+//! and object client ([`crate::store::faults::FaultyObjects`]).
+//!
+//! A fault stands for what a caller sees when the SDK's retries are
+//! exhausted: throttling, a 5xx, SlowDown, a dropped connection.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// A call that can be made to fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    /// Ledger: GetItem.
+    GetRow,
+    /// Ledger: the claim's PutItem.
+    PutRow,
+    /// Ledger: the takeover's UpdateItem.
+    TakeOver,
+    /// Ledger: the finish's UpdateItem.
+    Finish,
+    /// Ledger: the retry's UpdateItem.
+    ResetAttempts,
+    /// Objects: HeadObject.
+    HeadObject,
+    /// Objects: GetObject.
+    GetObject,
+    /// Objects: PutObject.
+    PutObject,
+}
+
+#[derive(Debug)]
+struct Rule {
+    call: Call,
+    /// Only calls whose key (job key or object key) ends with this.
+    key_suffix: Option<String>,
+    /// Matching calls to let through first.
+    skip: usize,
+    /// Matching calls to fail after that.
+    times: usize,
+    error: String,
+}
+
+/// Which calls fail, and how often. Rules are checked in the order they were
+/// added; a rule is spent when it has failed its `times` calls.
+#[derive(Debug, Default)]
+pub struct FaultPlan {
+    rules: Mutex<Vec<Rule>>,
+    injected: AtomicUsize,
+}
+
+impl FaultPlan {
+    pub fn new() -> Self {
+        FaultPlan::default()
+    }
+
+    /// Fails the next `times` calls of `call` with `error`.
+    pub fn fail(&self, call: Call, times: usize, error: &str) -> &Self {
+        self.add(call, None, 0, times, error)
+    }
+
+    /// Lets `skip` calls of `call` through, then fails `times` of them.
+    pub fn fail_after(&self, call: Call, skip: usize, times: usize, error: &str) -> &Self {
+        self.add(call, None, skip, times, error)
+    }
+
+    /// Fails the next `times` calls of `call` whose key ends with `key_suffix`.
+    pub fn fail_key(&self, call: Call, key_suffix: &str, times: usize, error: &str) -> &Self {
+        self.add(call, Some(key_suffix.to_string()), 0, times, error)
+    }
+
+    fn add(
+        &self,
+        call: Call,
+        key_suffix: Option<String>,
+        skip: usize,
+        times: usize,
+        error: &str,
+    ) -> &Self {
+        self.rules
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Rule {
+                call,
+                key_suffix,
+                skip,
+                times,
+                error: error.to_string(),
+            });
+        self
+    }
+
+    /// Whether this call fails: the injected error, or `None` to go ahead.
+    pub fn check(&self, call: Call, key: &str) -> Option<String> {
+        let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+        let rule = rules.iter_mut().find(|rule| {
+            rule.times > 0
+                && rule.call == call
+                && rule.key_suffix.as_deref().is_none_or(|s| key.ends_with(s))
+        })?;
+        if rule.skip > 0 {
+            rule.skip -= 1;
+            return None;
+        }
+        rule.times -= 1;
+        self.injected.fetch_add(1, Ordering::SeqCst);
+        Some(format!("injected fault: {}", rule.error))
+    }
+
+    /// How many faults were injected so far.
+    pub fn injected(&self) -> usize {
+        self.injected.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_fail_the_named_calls_then_are_spent() {
+        let plan = FaultPlan::new();
+        plan.fail(Call::Finish, 2, "ThrottlingException");
+        assert_eq!(plan.check(Call::PutRow, "k"), None);
+        assert!(plan
+            .check(Call::Finish, "k")
+            .unwrap()
+            .contains("ThrottlingException"));
+        assert!(plan.check(Call::Finish, "k").is_some());
+        assert_eq!(plan.check(Call::Finish, "k"), None);
+        assert_eq!(plan.injected(), 2);
+    }
+
+    #[test]
+    fn skip_and_key_suffix_select_calls() {
+        let plan = FaultPlan::new();
+        plan.fail_after(Call::PutObject, 1, 1, "SlowDown");
+        plan.fail_key(Call::GetObject, ".png", 1, "InternalError");
+        assert_eq!(plan.check(Call::PutObject, "a"), None);
+        assert!(plan.check(Call::PutObject, "b").is_some());
+        assert_eq!(plan.check(Call::GetObject, "a.jpg"), None);
+        assert!(plan.check(Call::GetObject, "a.png").is_some());
+    }
+}

@@ -1,0 +1,344 @@
+//! The ledger in DynamoDB: each [`LedgerTable`] call is one request.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::Client;
+
+use super::{attr, Claim, ClaimRequest, Conditional, JobRow, JobStatus, LedgerError, LedgerTable};
+
+type Item = HashMap<String, AttributeValue>;
+
+impl JobRow {
+    /// Reads a row, naming the attribute that is missing or malformed.
+    pub fn from_item(item: &Item) -> Result<Self, String> {
+        let string = |name: &str| -> Result<String, String> {
+            match item.get(name) {
+                Some(AttributeValue::S(s)) => Ok(s.clone()),
+                Some(_) => Err(format!("attribute {name} is not a string")),
+                None => Err(format!("attribute {name} is missing")),
+            }
+        };
+        let number = |name: &str| -> Result<u64, String> {
+            match item.get(name) {
+                Some(AttributeValue::N(n)) => n
+                    .parse()
+                    .map_err(|_| format!("attribute {name} is not a non-negative integer: {n}")),
+                Some(_) => Err(format!("attribute {name} is not a number")),
+                None => Err(format!("attribute {name} is missing")),
+            }
+        };
+        let status_text = string(attr::STATUS)?;
+        Ok(JobRow {
+            job_key: string(attr::JOB_KEY)?,
+            step: string(attr::STEP)?,
+            input_hash: string(attr::INPUT_HASH)?,
+            status: JobStatus::parse(&status_text)
+                .ok_or_else(|| format!("attribute status has unknown value {status_text:?}"))?,
+            lease_until_ms: number(attr::LEASE_UNTIL_MS)?,
+            attempts: number(attr::ATTEMPTS)?,
+            owner: string(attr::OWNER)?,
+            output_prefix: string(attr::OUTPUT_PREFIX)?,
+            error: string(attr::ERROR).ok(),
+            updated_at_ms: number(attr::UPDATED_AT_MS)?,
+        })
+    }
+
+    pub fn to_item(&self) -> Item {
+        let mut item = Item::from([
+            (attr::JOB_KEY.into(), s(&self.job_key)),
+            (attr::STEP.into(), s(&self.step)),
+            (attr::INPUT_HASH.into(), s(&self.input_hash)),
+            (attr::STATUS.into(), s(self.status.as_str())),
+            (attr::LEASE_UNTIL_MS.into(), n(self.lease_until_ms)),
+            (attr::ATTEMPTS.into(), n(self.attempts)),
+            (attr::OWNER.into(), s(&self.owner)),
+            (attr::OUTPUT_PREFIX.into(), s(&self.output_prefix)),
+            (attr::UPDATED_AT_MS.into(), n(self.updated_at_ms)),
+        ]);
+        if let Some(error) = &self.error {
+            item.insert(attr::ERROR.into(), s(error));
+        }
+        item
+    }
+}
+
+fn s(text: &str) -> AttributeValue {
+    AttributeValue::S(text.to_string())
+}
+
+fn n(number: u64) -> AttributeValue {
+    AttributeValue::N(number.to_string())
+}
+
+/// Job rows in a DynamoDB table (partition key `job_key`, a string).
+#[derive(Debug, Clone)]
+pub struct DynamoDbTable {
+    client: Client,
+    table: String,
+}
+
+impl DynamoDbTable {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoDbTable {
+            client,
+            table: table.into(),
+        }
+    }
+
+    fn service_error<E>(&self, operation: &'static str, err: SdkError<E>) -> LedgerError
+    where
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        LedgerError::Service {
+            operation,
+            table: self.table.clone(),
+            message: crate::aws::describe_error(&err),
+        }
+    }
+
+    fn row(&self, job_key: &str, item: &Item) -> Result<JobRow, LedgerError> {
+        JobRow::from_item(item).map_err(|problem| LedgerError::MalformedRow {
+            table: self.table.clone(),
+            job_key: job_key.to_string(),
+            problem,
+        })
+    }
+
+    /// A failed condition, with the row DynamoDB returned (ALL_OLD).
+    fn rejected<T>(
+        &self,
+        job_key: &str,
+        item: Option<&Item>,
+    ) -> Result<Conditional<T>, LedgerError> {
+        Ok(Conditional::Rejected(
+            item.map(|i| self.row(job_key, i)).transpose()?,
+        ))
+    }
+
+    /// An UpdateItem's outcome: applied, with the attributes it returned; or
+    /// rejected, with the row that failed the condition.
+    fn update_outcome<T>(
+        &self,
+        job_key: &str,
+        result: Result<
+            aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
+            SdkError<UpdateItemError>,
+        >,
+    ) -> Result<Result<Option<Item>, Conditional<T>>, LedgerError> {
+        match result {
+            Ok(output) => Ok(Ok(output.attributes)),
+            Err(err) => match err.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(failed)) => {
+                    Ok(Err(self.rejected(job_key, failed.item())?))
+                }
+                _ => Err(self.service_error("UpdateItem", err)),
+            },
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl LedgerTable for DynamoDbTable {
+    fn name(&self) -> &str {
+        &self.table
+    }
+
+    async fn get(&self, job_key: &str) -> Result<Option<JobRow>, LedgerError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(job_key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.service_error("GetItem", e))?;
+        output
+            .item()
+            .map(|item| self.row(job_key, item))
+            .transpose()
+    }
+
+    async fn put_new(&self, row: &JobRow) -> Result<Conditional<()>, LedgerError> {
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(row.to_item()))
+            .condition_expression("attribute_not_exists(#k)")
+            .expression_attribute_names("#k", attr::JOB_KEY)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(Conditional::Applied(())),
+            Err(err) => match err.as_service_error() {
+                Some(PutItemError::ConditionalCheckFailedException(failed)) => {
+                    self.rejected(&row.job_key, failed.item())
+                }
+                _ => Err(self.service_error("PutItem", err)),
+            },
+        }
+    }
+
+    async fn take_over(
+        &self,
+        seen: &JobRow,
+        request: &ClaimRequest,
+    ) -> Result<Conditional<u64>, LedgerError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(&request.job_key))
+            .update_expression(
+                "SET #status = :running, #owner = :owner, #lease = :lease, #attempts = #attempts + :one, \
+                 #updated = :now, #step = :step, #input = :input, #prefix = :prefix",
+            )
+            .condition_expression("#owner = :seen_owner AND #status = :seen_status")
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
+            .expression_attribute_names("#attempts", attr::ATTEMPTS)
+            .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
+            .expression_attribute_names("#step", attr::STEP)
+            .expression_attribute_names("#input", attr::INPUT_HASH)
+            .expression_attribute_names("#prefix", attr::OUTPUT_PREFIX)
+            .expression_attribute_values(":running", s(JobStatus::Running.as_str()))
+            .expression_attribute_values(":owner", s(&request.owner))
+            .expression_attribute_values(":lease", n(request.lease_until_ms))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":now", n(request.now_ms))
+            .expression_attribute_values(":step", s(&request.step))
+            .expression_attribute_values(":input", s(&request.input_hash))
+            .expression_attribute_values(":prefix", s(&request.output_prefix))
+            .expression_attribute_values(":seen_owner", s(&seen.owner))
+            .expression_attribute_values(":seen_status", s(seen.status.as_str()))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        Ok(match self.update_outcome(&request.job_key, update)? {
+            Ok(new) => {
+                let attempts = match new.as_ref().and_then(|a| a.get(attr::ATTEMPTS)) {
+                    Some(AttributeValue::N(n)) => n.parse().unwrap_or(seen.attempts + 1),
+                    _ => seen.attempts + 1,
+                };
+                Conditional::Applied(attempts)
+            }
+            Err(rejected) => rejected,
+        })
+    }
+
+    async fn finish(
+        &self,
+        claim: &Claim,
+        status: JobStatus,
+        error: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        let mut update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(&claim.job_key))
+            .condition_expression("#owner = :me AND #status = :running")
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
+            .expression_attribute_names("#error", attr::ERROR)
+            .expression_attribute_values(":me", s(&claim.owner))
+            .expression_attribute_values(":running", s(JobStatus::Running.as_str()))
+            .expression_attribute_values(":status", s(status.as_str()))
+            .expression_attribute_values(":now", n(now_ms))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        update = match error {
+            Some(error) => update
+                .update_expression("SET #status = :status, #updated = :now, #error = :error")
+                .expression_attribute_values(":error", s(error)),
+            None => {
+                update.update_expression("SET #status = :status, #updated = :now REMOVE #error")
+            }
+        };
+        Ok(
+            match self.update_outcome(&claim.job_key, update.send().await)? {
+                Ok(_) => Conditional::Applied(()),
+                Err(rejected) => rejected,
+            },
+        )
+    }
+
+    async fn reset_attempts(
+        &self,
+        job_key: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<JobRow>, LedgerError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(job_key))
+            .update_expression("SET #attempts = :zero, #updated = :now")
+            .condition_expression("#status = :failed")
+            .expression_attribute_names("#attempts", attr::ATTEMPTS)
+            .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":now", n(now_ms))
+            .expression_attribute_values(":failed", s(JobStatus::Failed.as_str()))
+            .return_values(ReturnValue::AllOld)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match self.update_outcome(job_key, update)? {
+            Ok(Some(old)) => Ok(Conditional::Applied(self.row(job_key, &old)?)),
+            // Applied but nothing came back: there was no row (cannot pass
+            // the condition), so this does not happen; say so plainly.
+            Ok(None) => Ok(Conditional::Rejected(None)),
+            Err(rejected) => Ok(rejected),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row() -> JobRow {
+        JobRow {
+            job_key: "k".into(),
+            step: "probe".into(),
+            input_hash: "i".into(),
+            status: JobStatus::Failed,
+            lease_until_ms: 42,
+            attempts: 1,
+            owner: "o".into(),
+            output_prefix: "derived/k/".into(),
+            error: Some("boom".into()),
+            updated_at_ms: 1,
+        }
+    }
+
+    #[test]
+    fn rows_round_trip_through_items() {
+        let original = row();
+        assert_eq!(JobRow::from_item(&original.to_item()), Ok(original));
+    }
+
+    #[test]
+    fn malformed_rows_name_the_attribute() {
+        let mut item = row().to_item();
+        item.remove(attr::OWNER);
+        assert_eq!(
+            JobRow::from_item(&item),
+            Err("attribute owner is missing".into())
+        );
+        item.insert(attr::OWNER.into(), s("o"));
+        item.insert(attr::STATUS.into(), s("paused"));
+        assert!(JobRow::from_item(&item).unwrap_err().contains("paused"));
+    }
+}

@@ -1,0 +1,79 @@
+//! A ledger table that fails the calls a [`FaultPlan`] names, and passes
+//! the others to the table it wraps.
+
+use std::sync::Arc;
+
+use super::{Claim, ClaimRequest, Conditional, JobRow, JobStatus, LedgerError, LedgerTable};
+use crate::faults::{Call, FaultPlan};
+
+#[derive(Debug, Clone)]
+pub struct FaultyTable {
+    inner: Arc<dyn LedgerTable>,
+    plan: Arc<FaultPlan>,
+}
+
+impl FaultyTable {
+    pub fn new(inner: impl LedgerTable + 'static, plan: Arc<FaultPlan>) -> Self {
+        FaultyTable {
+            inner: Arc::new(inner),
+            plan,
+        }
+    }
+
+    fn check(&self, call: Call, operation: &'static str, job_key: &str) -> Result<(), LedgerError> {
+        match self.plan.check(call, job_key) {
+            Some(message) => Err(LedgerError::Service {
+                operation,
+                table: self.inner.name().to_string(),
+                message,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl LedgerTable for FaultyTable {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn get(&self, job_key: &str) -> Result<Option<JobRow>, LedgerError> {
+        self.check(Call::GetRow, "GetItem", job_key)?;
+        self.inner.get(job_key).await
+    }
+
+    async fn put_new(&self, row: &JobRow) -> Result<Conditional<()>, LedgerError> {
+        self.check(Call::PutRow, "PutItem", &row.job_key)?;
+        self.inner.put_new(row).await
+    }
+
+    async fn take_over(
+        &self,
+        seen: &JobRow,
+        request: &ClaimRequest,
+    ) -> Result<Conditional<u64>, LedgerError> {
+        self.check(Call::TakeOver, "UpdateItem", &request.job_key)?;
+        self.inner.take_over(seen, request).await
+    }
+
+    async fn finish(
+        &self,
+        claim: &Claim,
+        status: JobStatus,
+        error: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.check(Call::Finish, "UpdateItem", &claim.job_key)?;
+        self.inner.finish(claim, status, error, now_ms).await
+    }
+
+    async fn reset_attempts(
+        &self,
+        job_key: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<JobRow>, LedgerError> {
+        self.check(Call::ResetAttempts, "UpdateItem", job_key)?;
+        self.inner.reset_attempts(job_key, now_ms).await
+    }
+}

@@ -1,0 +1,113 @@
+//! Job rows in memory, with the same conditional semantics as the DynamoDB
+//! table: each call is atomic under one lock. For unit tests and tools; it
+//! is not shared between processes.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::{Claim, ClaimRequest, Conditional, JobRow, JobStatus, LedgerError, LedgerTable};
+
+#[derive(Debug, Default)]
+pub struct InMemoryTable {
+    name: String,
+    rows: Mutex<HashMap<String, JobRow>>,
+}
+
+impl InMemoryTable {
+    pub fn new(name: impl Into<String>) -> Self {
+        InMemoryTable {
+            name: name.into(),
+            rows: Mutex::default(),
+        }
+    }
+
+    fn rows(&self) -> std::sync::MutexGuard<'_, HashMap<String, JobRow>> {
+        self.rows.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes a row unconditionally (seeding a test).
+    pub fn insert(&self, row: JobRow) {
+        self.rows().insert(row.job_key.clone(), row);
+    }
+}
+
+#[async_trait::async_trait]
+impl LedgerTable for InMemoryTable {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn get(&self, job_key: &str) -> Result<Option<JobRow>, LedgerError> {
+        Ok(self.rows().get(job_key).cloned())
+    }
+
+    async fn put_new(&self, row: &JobRow) -> Result<Conditional<()>, LedgerError> {
+        let mut rows = self.rows();
+        if let Some(existing) = rows.get(&row.job_key) {
+            return Ok(Conditional::Rejected(Some(existing.clone())));
+        }
+        rows.insert(row.job_key.clone(), row.clone());
+        Ok(Conditional::Applied(()))
+    }
+
+    async fn take_over(
+        &self,
+        seen: &JobRow,
+        request: &ClaimRequest,
+    ) -> Result<Conditional<u64>, LedgerError> {
+        let mut rows = self.rows();
+        let Some(row) = rows.get_mut(&request.job_key) else {
+            return Ok(Conditional::Rejected(None));
+        };
+        if row.owner != seen.owner || row.status != seen.status {
+            return Ok(Conditional::Rejected(Some(row.clone())));
+        }
+        row.status = JobStatus::Running;
+        row.owner = request.owner.clone();
+        row.lease_until_ms = request.lease_until_ms;
+        row.attempts += 1;
+        row.updated_at_ms = request.now_ms;
+        row.step = request.step.clone();
+        row.input_hash = request.input_hash.clone();
+        row.output_prefix = request.output_prefix.clone();
+        Ok(Conditional::Applied(row.attempts))
+    }
+
+    async fn finish(
+        &self,
+        claim: &Claim,
+        status: JobStatus,
+        error: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        let mut rows = self.rows();
+        let Some(row) = rows.get_mut(&claim.job_key) else {
+            return Ok(Conditional::Rejected(None));
+        };
+        if row.owner != claim.owner || row.status != JobStatus::Running {
+            return Ok(Conditional::Rejected(Some(row.clone())));
+        }
+        row.status = status;
+        row.updated_at_ms = now_ms;
+        row.error = error.map(str::to_string);
+        Ok(Conditional::Applied(()))
+    }
+
+    async fn reset_attempts(
+        &self,
+        job_key: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<JobRow>, LedgerError> {
+        let mut rows = self.rows();
+        let Some(row) = rows.get_mut(job_key) else {
+            return Ok(Conditional::Rejected(None));
+        };
+        if row.status != JobStatus::Failed {
+            return Ok(Conditional::Rejected(Some(row.clone())));
+        }
+        let was = row.clone();
+        row.attempts = 0;
+        row.updated_at_ms = now_ms;
+        Ok(Conditional::Applied(was))
+    }
+}

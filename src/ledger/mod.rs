@@ -1,0 +1,512 @@
+//! The claim ledger: one row per job key, claimed before any work.
+//!
+//! See DESIGN.md for the state machine. In short: a conditional put creates
+//! the row (`running`, attempts 1); if a row exists, its state decides:
+//! `done` is reused, a live `running` lease is busy, a `failed` row at the
+//! attempts cap is poisoned, and a `failed` row or an expired lease is taken
+//! over by one conditional update on the owner just read. Finishing is
+//! conditioned on still being the owner.
+//!
+//! The algorithm ([`Ledger`]) is written once over [`LedgerTable`], one
+//! method per DynamoDB call: [`dynamodb::DynamoDbTable`] is the real one,
+//! [`memory::InMemoryTable`] keeps rows in a map (unit tests, local tools),
+//! and [`faults::FaultyTable`] injects failures into either.
+
+use std::sync::Arc;
+
+use crate::lease::is_live;
+
+pub mod dynamodb;
+pub mod faults;
+pub mod memory;
+
+/// Attribute names of a job row, named once.
+pub mod attr {
+    pub const JOB_KEY: &str = "job_key";
+    pub const STEP: &str = "step";
+    pub const INPUT_HASH: &str = "input_hash";
+    pub const STATUS: &str = "status";
+    pub const LEASE_UNTIL_MS: &str = "lease_until_ms";
+    pub const ATTEMPTS: &str = "attempts";
+    pub const OWNER: &str = "owner";
+    pub const OUTPUT_PREFIX: &str = "output_prefix";
+    pub const ERROR: &str = "error";
+    pub const UPDATED_AT_MS: &str = "updated_at_ms";
+}
+
+/// Stored errors are cut to this many characters.
+pub const MAX_ERROR_CHARS: usize = 2_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStatus {
+    Running,
+    Done,
+    Failed,
+}
+
+impl JobStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Running => "running",
+            JobStatus::Done => "done",
+            JobStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "running" => Some(JobStatus::Running),
+            "done" => Some(JobStatus::Done),
+            "failed" => Some(JobStatus::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// One job's row.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct JobRow {
+    pub job_key: String,
+    pub step: String,
+    pub input_hash: String,
+    pub status: JobStatus,
+    pub lease_until_ms: u64,
+    pub attempts: u64,
+    pub owner: String,
+    pub output_prefix: String,
+    pub error: Option<String>,
+    pub updated_at_ms: u64,
+}
+
+/// What an existing row means for a caller who wants to run its job. Pure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The output exists: reuse it.
+    Done,
+    /// Someone holds a live lease: come back later.
+    Busy,
+    /// Failed, or its lease has passed: take it over.
+    TakeOver,
+    /// Failed `max_attempts` times: run no more (its message goes to the DLQ).
+    Poisoned,
+}
+
+pub fn judge(row: &JobRow, now_ms: u64, max_attempts: u64) -> Verdict {
+    match row.status {
+        JobStatus::Done => Verdict::Done,
+        JobStatus::Failed if row.attempts >= max_attempts => Verdict::Poisoned,
+        JobStatus::Failed => Verdict::TakeOver,
+        JobStatus::Running if is_live(row.lease_until_ms, now_ms) => Verdict::Busy,
+        JobStatus::Running => Verdict::TakeOver,
+    }
+}
+
+/// A request to claim a job.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    pub job_key: String,
+    pub step: String,
+    pub input_hash: String,
+    pub output_prefix: String,
+    /// Unique per attempt: the fencing token.
+    pub owner: String,
+    pub lease_until_ms: u64,
+    pub now_ms: u64,
+    /// A failed job that has had this many attempts is poisoned.
+    pub max_attempts: u64,
+}
+
+/// A claim this worker holds: it must run the job and then finish it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub job_key: String,
+    pub owner: String,
+    /// 1 for the first run, then one more per takeover.
+    pub attempt: u64,
+    pub lease_until_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// Run the job (a first run, or a takeover when `attempt` > 1).
+    Run(Claim),
+    /// Already done: the row says where the output is.
+    Done(JobRow),
+    /// Someone else holds it.
+    Busy(JobRow),
+    /// It failed on every allowed attempt: no more work is spent on it.
+    Poisoned(JobRow),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("DynamoDB {operation} on table {table} failed: {message}")]
+    Service {
+        operation: &'static str,
+        table: String,
+        message: String,
+    },
+    #[error("job row {job_key} in table {table} is malformed: {problem}")]
+    MalformedRow {
+        table: String,
+        job_key: String,
+        problem: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FinishError {
+    /// Another worker took the job over: this one's result is not recorded.
+    #[error("lost the lease on job {0}: another worker owns it now")]
+    LostLease(String),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RetryError {
+    #[error("there is no job {0}")]
+    NotFound(String),
+    #[error("job {job_key} is {status}: only a failed or poisoned job can be retried")]
+    NotFailed {
+        job_key: String,
+        status: &'static str,
+    },
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+/// What a conditional write did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conditional<T> {
+    /// The condition held and the write happened.
+    Applied(T),
+    /// The condition failed; the row as it was, when the table said.
+    Rejected(Option<JobRow>),
+}
+
+/// The table of job rows: one method per DynamoDB call, each atomic.
+#[async_trait::async_trait]
+pub trait LedgerTable: Send + Sync + std::fmt::Debug {
+    /// The table's name, for messages.
+    fn name(&self) -> &str;
+
+    /// GetItem with a consistent read.
+    async fn get(&self, job_key: &str) -> Result<Option<JobRow>, LedgerError>;
+
+    /// PutItem conditioned on `attribute_not_exists(job_key)`.
+    async fn put_new(&self, row: &JobRow) -> Result<Conditional<()>, LedgerError>;
+
+    /// UpdateItem taking the job over: `running`, the request's owner, lease
+    /// and now, attempts + 1; conditioned on `owner` and `status` being those
+    /// of `seen`. Applied: the attempts after the update.
+    async fn take_over(
+        &self,
+        seen: &JobRow,
+        request: &ClaimRequest,
+    ) -> Result<Conditional<u64>, LedgerError>;
+
+    /// UpdateItem finishing a claim as `done` (removing `error`) or `failed`
+    /// (with `error`), conditioned on `owner = claim.owner AND status = running`.
+    async fn finish(
+        &self,
+        claim: &Claim,
+        status: JobStatus,
+        error: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError>;
+
+    /// UpdateItem setting attempts to 0, conditioned on `status = failed`.
+    /// Applied: the row as it was.
+    async fn reset_attempts(
+        &self,
+        job_key: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<JobRow>, LedgerError>;
+}
+
+/// The claim ledger: the claim algorithm over a [`LedgerTable`].
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    table: Arc<dyn LedgerTable>,
+}
+
+impl Ledger {
+    pub fn new(table: impl LedgerTable + 'static) -> Self {
+        Ledger {
+            table: Arc::new(table),
+        }
+    }
+
+    /// The ledger in a DynamoDB table.
+    pub fn dynamodb(client: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Self {
+        Ledger::new(dynamodb::DynamoDbTable::new(client, table))
+    }
+
+    pub fn table(&self) -> &str {
+        self.table.name()
+    }
+
+    /// Checks at start-up that the table exists and this role can read it,
+    /// so a misconfiguration fails the init instead of every message.
+    pub async fn check_table(&self) -> Result<(), LedgerError> {
+        self.table.get("mediaonce-startup-check").await.map(|_| ())
+    }
+
+    /// Reads a row with a consistent read.
+    pub async fn get(&self, job_key: &str) -> Result<Option<JobRow>, LedgerError> {
+        self.table.get(job_key).await
+    }
+
+    /// Claims a job: one put for a new key; for an existing one, the row
+    /// returned with the failed condition decides, and a takeover is one
+    /// more update.
+    pub async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, LedgerError> {
+        let row = JobRow {
+            job_key: request.job_key.clone(),
+            step: request.step.clone(),
+            input_hash: request.input_hash.clone(),
+            status: JobStatus::Running,
+            lease_until_ms: request.lease_until_ms,
+            attempts: 1,
+            owner: request.owner.clone(),
+            output_prefix: request.output_prefix.clone(),
+            error: None,
+            updated_at_ms: request.now_ms,
+        };
+        let existing = match self.table.put_new(&row).await? {
+            Conditional::Applied(()) => return Ok(ClaimOutcome::Run(claim_of(request, 1))),
+            Conditional::Rejected(Some(existing)) => existing,
+            // Some DynamoDB implementations return no item with the failure.
+            Conditional::Rejected(None) => match self.table.get(&request.job_key).await? {
+                Some(existing) => existing,
+                // Deleted between the two calls: busy, the message comes back.
+                None => return Ok(ClaimOutcome::Busy(row)),
+            },
+        };
+        match judge(&existing, request.now_ms, request.max_attempts) {
+            Verdict::Done => Ok(ClaimOutcome::Done(existing)),
+            Verdict::Busy => Ok(ClaimOutcome::Busy(existing)),
+            Verdict::Poisoned => Ok(ClaimOutcome::Poisoned(existing)),
+            Verdict::TakeOver => self.take_over(request, &existing).await,
+        }
+    }
+
+    /// Takes over a failed job or an expired lease, conditioned on the row
+    /// being exactly as read (same owner and status). Losing the race is
+    /// busy or done, never a second run.
+    async fn take_over(
+        &self,
+        request: &ClaimRequest,
+        seen: &JobRow,
+    ) -> Result<ClaimOutcome, LedgerError> {
+        Ok(match self.table.take_over(seen, request).await? {
+            Conditional::Applied(attempt) => ClaimOutcome::Run(claim_of(request, attempt)),
+            Conditional::Rejected(Some(winner)) if winner.status == JobStatus::Done => {
+                ClaimOutcome::Done(winner)
+            }
+            Conditional::Rejected(Some(winner)) => ClaimOutcome::Busy(winner),
+            Conditional::Rejected(None) => ClaimOutcome::Busy(seen.clone()),
+        })
+    }
+
+    /// Makes a failed (or poisoned) job claimable again: its attempts go
+    /// back to 0, so it gets `max_attempts` more. Returns the row as it was,
+    /// error included, for the caller to log.
+    pub async fn retry(&self, job_key: &str, now_ms: u64) -> Result<JobRow, RetryError> {
+        let seen = match self.table.reset_attempts(job_key, now_ms).await? {
+            Conditional::Applied(was) => return Ok(was),
+            Conditional::Rejected(Some(row)) => Some(row),
+            Conditional::Rejected(None) => self.table.get(job_key).await?,
+        };
+        Err(match seen {
+            Some(row) => RetryError::NotFailed {
+                job_key: job_key.to_string(),
+                status: row.status.as_str(),
+            },
+            None => RetryError::NotFound(job_key.to_string()),
+        })
+    }
+
+    /// Marks a claimed job done. Rejected when the claim was taken over.
+    pub async fn finish_done(&self, claim: &Claim, now_ms: u64) -> Result<(), FinishError> {
+        self.finish(claim, JobStatus::Done, None, now_ms).await
+    }
+
+    /// Marks a claimed job failed with its error (cut to 2,000 characters).
+    pub async fn finish_failed(
+        &self,
+        claim: &Claim,
+        error: &str,
+        now_ms: u64,
+    ) -> Result<(), FinishError> {
+        let error = truncate_chars(error, MAX_ERROR_CHARS);
+        self.finish(claim, JobStatus::Failed, Some(&error), now_ms)
+            .await
+    }
+
+    async fn finish(
+        &self,
+        claim: &Claim,
+        status: JobStatus,
+        error: Option<&str>,
+        now_ms: u64,
+    ) -> Result<(), FinishError> {
+        match self.table.finish(claim, status, error, now_ms).await? {
+            Conditional::Applied(()) => Ok(()),
+            Conditional::Rejected(_) => Err(FinishError::LostLease(claim.job_key.clone())),
+        }
+    }
+}
+
+fn claim_of(request: &ClaimRequest, attempt: u64) -> Claim {
+    Claim {
+        job_key: request.job_key.clone(),
+        owner: request.owner.clone(),
+        attempt,
+        lease_until_ms: request.lease_until_ms,
+    }
+}
+
+/// The first `max` characters of `text`.
+pub fn truncate_chars(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => text[..cut].to_string(),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(status: JobStatus, lease_until_ms: u64) -> JobRow {
+        JobRow {
+            job_key: "k".into(),
+            step: "probe".into(),
+            input_hash: "i".into(),
+            status,
+            lease_until_ms,
+            attempts: 1,
+            owner: "o".into(),
+            output_prefix: "derived/k/".into(),
+            error: None,
+            updated_at_ms: 1,
+        }
+    }
+
+    #[test]
+    fn verdicts_follow_the_state_machine() {
+        assert_eq!(judge(&row(JobStatus::Done, 0), 10, 3), Verdict::Done);
+        assert_eq!(
+            judge(&row(JobStatus::Failed, u64::MAX), 10, 3),
+            Verdict::TakeOver
+        );
+        assert_eq!(judge(&row(JobStatus::Running, 11), 10, 3), Verdict::Busy);
+        assert_eq!(
+            judge(&row(JobStatus::Running, 10), 10, 3),
+            Verdict::TakeOver
+        );
+        let mut at_cap = row(JobStatus::Failed, 0);
+        at_cap.attempts = 3;
+        assert_eq!(judge(&at_cap, 10, 3), Verdict::Poisoned);
+        assert_eq!(judge(&at_cap, 10, 4), Verdict::TakeOver);
+        // The cap is about failures: a running row at the cap is still busy or taken over.
+        at_cap.status = JobStatus::Running;
+        assert_eq!(judge(&at_cap, 10, 3), Verdict::TakeOver);
+    }
+
+    #[test]
+    fn errors_are_cut_on_character_boundaries() {
+        assert_eq!(truncate_chars("ééé", 2), "éé");
+        assert_eq!(truncate_chars("ab", 5), "ab");
+        assert_eq!(
+            truncate_chars(&"x".repeat(3000), MAX_ERROR_CHARS).len(),
+            2000
+        );
+    }
+
+    fn request(owner: &str, now_ms: u64) -> ClaimRequest {
+        ClaimRequest {
+            job_key: "k".into(),
+            step: "probe".into(),
+            input_hash: "i".into(),
+            output_prefix: "s3://out/derived/k/".into(),
+            owner: owner.into(),
+            lease_until_ms: now_ms + 1_000,
+            now_ms,
+            max_attempts: 2,
+        }
+    }
+
+    fn run(outcome: ClaimOutcome) -> Claim {
+        match outcome {
+            ClaimOutcome::Run(claim) => claim,
+            other => panic!("expected to run: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_claim_algorithm_on_the_in_memory_table() {
+        let ledger = Ledger::new(memory::InMemoryTable::new("jobs"));
+        let a = run(ledger.claim(&request("A", 0)).await.unwrap());
+        assert_eq!(a.attempt, 1);
+        assert!(matches!(
+            ledger.claim(&request("B", 500)).await.unwrap(),
+            ClaimOutcome::Busy(_)
+        ));
+        // A's lease (1,000) has passed at 1,000: B takes over, A is fenced off.
+        let b = run(ledger.claim(&request("B", 1_000)).await.unwrap());
+        assert_eq!(b.attempt, 2);
+        assert!(matches!(
+            ledger.finish_done(&a, 1_001).await,
+            Err(FinishError::LostLease(_))
+        ));
+        ledger.finish_failed(&b, "boom", 1_002).await.unwrap();
+        // Two attempts failed, the cap is 2: poisoned until retried.
+        assert!(matches!(
+            ledger.claim(&request("C", 2_000)).await.unwrap(),
+            ClaimOutcome::Poisoned(_)
+        ));
+        let was = ledger.retry("k", 2_001).await.unwrap();
+        assert_eq!((was.attempts, was.error.as_deref()), (2, Some("boom")));
+        let c = run(ledger.claim(&request("C", 2_002)).await.unwrap());
+        assert_eq!(c.attempt, 1);
+        ledger.finish_done(&c, 2_003).await.unwrap();
+        assert!(matches!(
+            ledger.claim(&request("D", 3_000)).await.unwrap(),
+            ClaimOutcome::Done(_)
+        ));
+        assert!(matches!(
+            ledger.retry("k", 3_001).await,
+            Err(RetryError::NotFailed { status: "done", .. })
+        ));
+        assert!(matches!(
+            ledger.retry("nope", 3_001).await,
+            Err(RetryError::NotFound(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn injected_faults_surface_as_ledger_errors() {
+        let plan = std::sync::Arc::new(crate::faults::FaultPlan::new());
+        plan.fail(
+            crate::faults::Call::PutRow,
+            1,
+            "ProvisionedThroughputExceededException",
+        );
+        let ledger = Ledger::new(faults::FaultyTable::new(
+            memory::InMemoryTable::new("jobs"),
+            plan.clone(),
+        ));
+        let err = ledger.claim(&request("A", 0)).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("PutItem on table jobs failed: injected fault"),
+            "{err}"
+        );
+        run(ledger.claim(&request("A", 0)).await.unwrap());
+        assert_eq!(plan.injected(), 1);
+    }
+}
