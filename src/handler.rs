@@ -20,7 +20,7 @@ use crate::event::{parse_body, EventKind, Notification, S3Record};
 use crate::fifo::lanes;
 use crate::fingerprint::{fingerprint, replaced_since_event, ObjectHead};
 use crate::key::job_key;
-use crate::lease::now_ms;
+use crate::lease::{Clock, SystemClock};
 use crate::ledger::{Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger, LedgerError};
 use crate::queue::{busy_delay_secs, queue_url_from_arn, Queue};
 use crate::step::{JobInput, JobOutputs, Manifest, StepContext, StepError, StepRegistry};
@@ -173,6 +173,7 @@ pub struct App {
     pub steps: StepRegistry,
     /// No job starts with less than this left before the deadline.
     start_margin: Duration,
+    clock: Arc<dyn Clock>,
 }
 
 impl App {
@@ -202,7 +203,19 @@ impl App {
             store,
             queue,
             steps,
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The same, reading the time from `clock`.
+    pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The time on this worker's clock, in epoch milliseconds.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
     }
 
     /// With less than the margin left, no new job starts.
@@ -213,7 +226,7 @@ impl App {
     /// Why a job may not start now, if it may not.
     fn too_late_to_start(&self, invocation: &Invocation) -> Option<String> {
         let deadline = invocation.deadline_ms?;
-        let remaining = deadline.saturating_sub(now_ms());
+        let remaining = deadline.saturating_sub(self.now_ms());
         let margin = u64::try_from(self.start_margin.as_millis()).unwrap_or(u64::MAX);
         (remaining < margin).then(|| {
             format!("not started: {remaining} ms left before the invocation deadline, {margin} ms needed")
@@ -228,7 +241,7 @@ impl App {
         let app = App::new(
             config.clone(),
             Ledger::dynamodb(crate::aws::dynamodb_client(&sdk), config.table.clone()),
-            ObjectStore::new(crate::aws::s3_client(&sdk)),
+            ObjectStore::s3(crate::aws::s3_client(&sdk)),
             Queue::new(crate::aws::sqs_client(&sdk)),
             steps,
         );
@@ -315,7 +328,7 @@ pub async fn handle_batch(app: Arc<App>, event: SqsEvent, invocation: Invocation
     let cutoff = invocation.deadline_ms.map(|deadline| {
         let left = deadline
             .saturating_sub(RESPONSE_RESERVE_MS)
-            .saturating_sub(now_ms());
+            .saturating_sub(app.now_ms());
         tokio::time::Instant::now() + Duration::from_millis(left)
     });
     let mut fates: Vec<Option<String>> = Vec::with_capacity(tasks.len());
@@ -407,7 +420,7 @@ async fn delay_busy_message(app: &App, message_id: &str, message: &SqsMessage, b
         );
         return;
     };
-    let seconds = busy_delay_secs(busy_until_ms, now_ms(), fastrand::u64(0..=1_000));
+    let seconds = busy_delay_secs(busy_until_ms, app.now_ms(), fastrand::u64(0..=1_000));
     match app.queue.delay(&queue_url, receipt_handle, seconds).await {
         Ok(()) => tracing::info!(
             message_id,
@@ -608,7 +621,7 @@ async fn run_job(
     let fingerprint = fingerprint(head);
     let output_bucket = app.config.output_bucket_for(&head.bucket).to_string();
     let prefix = app.config.job_prefix(job_key);
-    let now = now_ms();
+    let now = app.now_ms();
     let request = ClaimRequest {
         job_key: job_key.to_string(),
         step: rule.recipe.step.clone(),
@@ -662,7 +675,7 @@ async fn run_job(
         Ok(()) => (Outcome::Ran, None),
         Err(err) => (Outcome::Failed, Some(err.to_string())),
     };
-    match finish(&app.ledger, &claim, result.err()).await {
+    match finish(&app.ledger, &claim, result.err(), app.now_ms()).await {
         Ok(()) => report(outcome, claim.attempt, reason),
         Err(FinishError::LostLease(_)) => report(
             Outcome::Busy,
@@ -715,14 +728,11 @@ async fn finish(
     ledger: &Ledger,
     claim: &Claim,
     error: Option<StepError>,
+    now_ms: u64,
 ) -> Result<(), FinishError> {
     match error {
-        None => ledger.finish_done(claim, now_ms()).await,
-        Some(err) => {
-            ledger
-                .finish_failed(claim, &err.to_string(), now_ms())
-                .await
-        }
+        None => ledger.finish_done(claim, now_ms).await,
+        Some(err) => ledger.finish_failed(claim, &err.to_string(), now_ms).await,
     }
 }
 

@@ -50,6 +50,23 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Where a worker reads the time. Leases compare this worker's clock with
+/// times other workers' clocks wrote (see DESIGN.md on clock skew).
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// Epoch milliseconds.
+    fn now_ms(&self) -> u64;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        now_ms()
+    }
+}
+
 /// The wall clock in epoch milliseconds.
 pub fn now_ms() -> u64 {
     SystemTime::now()

@@ -136,7 +136,7 @@ async fn the_slowest_configured_step_widens_the_margin() {
     let app = App::new(
         config,
         Ledger::dynamodb(mediaonce::aws::dynamodb_client(&sdk), "t"),
-        ObjectStore::new(mediaonce::aws::s3_client(&sdk)),
+        ObjectStore::s3(mediaonce::aws::s3_client(&sdk)),
         Queue::new(mediaonce::aws::sqs_client(&sdk)),
         steps,
     );

@@ -22,11 +22,17 @@ use aws_sdk_s3::types::{
 };
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use mediaonce::config::{Config, ENV_OUTPUT_BUCKET, ENV_RECIPES, ENV_TABLE};
+use mediaonce::faults::FaultPlan;
 use mediaonce::handler::{handle_batch, App, BatchReport, Invocation};
+use mediaonce::lease::Clock;
+use mediaonce::ledger::dynamodb::DynamoDbTable;
+use mediaonce::ledger::faults::FaultyTable;
 use mediaonce::ledger::{JobRow, Ledger};
 use mediaonce::queue::Queue;
 use mediaonce::step::{JobOutputs, Step, StepContext, StepError, StepRegistry};
 use mediaonce::steps::probe::Probe;
+use mediaonce::store::faults::FaultyObjects;
+use mediaonce::store::s3::S3Objects;
 use mediaonce::store::ObjectStore;
 
 /// Counts DynamoDB calls made through a client (one per operation, not per
@@ -124,6 +130,58 @@ impl Step for HangingStep {
     }
 }
 
+/// The system clock, `.0` milliseconds off: another worker's clock, or the
+/// same worker later (a lease's worth after a crash).
+#[derive(Debug, Clone, Copy)]
+pub struct SkewedClock(pub i64);
+
+impl Clock for SkewedClock {
+    fn now_ms(&self) -> u64 {
+        (mediaonce::lease::now_ms() as i64 + self.0) as u64
+    }
+}
+
+/// The probe step behind a gate: the first run waits at the gate until the
+/// test opens it (a worker stalled mid-job); later runs pass straight on.
+#[derive(Debug, Default, Clone)]
+pub struct GatedProbe {
+    first_taken: Arc<std::sync::atomic::AtomicBool>,
+    arrived: Arc<tokio::sync::Notify>,
+    open: Arc<tokio::sync::Notify>,
+}
+
+impl GatedProbe {
+    /// Waits until the first run stands at the gate.
+    pub async fn first_arrived(&self) {
+        self.arrived.notified().await
+    }
+
+    /// Lets the first run go on.
+    pub fn open(&self) {
+        self.open.notify_one()
+    }
+}
+
+#[async_trait::async_trait]
+impl Step for GatedProbe {
+    fn name(&self) -> &'static str {
+        "gated-probe"
+    }
+
+    async fn run(
+        &self,
+        context: &StepContext<'_>,
+        outputs: &mut JobOutputs,
+    ) -> Result<(), StepError> {
+        if !self.first_taken.swap(true, Ordering::SeqCst) {
+            let opened = self.open.notified();
+            self.arrived.notify_one();
+            opened.await;
+        }
+        Probe.run(context, outputs).await
+    }
+}
+
 /// A name no other test uses, valid for buckets, queues and tables.
 pub fn unique(prefix: &str) -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -162,6 +220,11 @@ pub struct Pipeline {
     pub ledger_calls: CallCounter,
     /// Runs of the `counted-probe` step.
     pub counted: CountedProbe,
+    /// The `gated-probe` step's gate.
+    pub gate: GatedProbe,
+    config: Config,
+    steps: StepRegistry,
+    counted_dynamodb: aws_sdk_dynamodb::Client,
 }
 
 fn require_emulators() {
@@ -273,17 +336,23 @@ impl Pipeline {
         steps.register(Arc::new(counted.clone()));
         steps.register(Arc::new(PanickingStep));
         steps.register(Arc::new(HangingStep));
+        let gate = GatedProbe::default();
+        steps.register(Arc::new(gate.clone()));
         let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps).expect("config");
         let app = Arc::new(App::new(
-            config,
-            Ledger::dynamodb(counted_dynamodb, table.clone()),
-            ObjectStore::new(s3.clone()),
+            config.clone(),
+            Ledger::dynamodb(counted_dynamodb.clone(), table.clone()),
+            ObjectStore::s3(s3.clone()),
             Queue::new(sqs.clone()),
-            steps,
+            steps.clone(),
         ));
         app.ledger.check_table().await.expect("table is usable");
 
         Pipeline {
+            config,
+            steps,
+            counted_dynamodb,
+            gate,
             s3,
             sqs,
             dynamodb,
@@ -296,6 +365,24 @@ impl Pipeline {
             ledger_calls,
             counted,
         }
+    }
+
+    /// Another worker on the same pipeline: its clock `clock_offset_ms` off
+    /// the system's, its DynamoDB and S3 calls failing as `faults` says.
+    pub fn worker(&self, clock_offset_ms: i64, faults: Arc<FaultPlan>) -> Arc<App> {
+        Arc::new(
+            App::new(
+                self.config.clone(),
+                Ledger::new(FaultyTable::new(
+                    DynamoDbTable::new(self.counted_dynamodb.clone(), self.table.clone()),
+                    faults.clone(),
+                )),
+                ObjectStore::new(FaultyObjects::new(S3Objects::new(self.s3.clone()), faults)),
+                Queue::new(self.sqs.clone()),
+                self.steps.clone(),
+            )
+            .with_clock(SkewedClock(clock_offset_ms)),
+        )
     }
 
     /// Uploads an object; with `sha256`, S3 stores its full-object SHA-256.
@@ -461,9 +548,11 @@ pub fn lambda_message(message: aws_sdk_sqs::types::Message, queue_arn: &str) -> 
     lambda
 }
 
-/// Hands messages to the handler as Lambda would, with a deadline a minute away.
+/// Hands messages to the handler as Lambda would, with a deadline a minute
+/// away on the worker's clock.
 pub async fn handle_with(app: Arc<App>, messages: Vec<SqsMessage>) -> BatchReport {
-    handle_before(app, messages, mediaonce::lease::now_ms() + 60_000).await
+    let deadline = app.now_ms() + 60_000;
+    handle_before(app, messages, deadline).await
 }
 
 /// Hands messages to the handler with the invocation deadline `deadline_ms`.

@@ -1,70 +1,28 @@
-//! The object store: the S3 calls mediaonce makes, one method per call and
-//! one error type per operation.
+//! Objects in S3: each [`ObjectClient`] call is one request.
 
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ChecksumMode;
 use aws_sdk_s3::Client;
 
+use super::{GetError, HeadError, ObjectClient, ObjectRef, PutError};
 use crate::aws::describe_error;
 use crate::fingerprint::ObjectHead;
 
-/// Where an object version is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectRef {
-    pub bucket: String,
-    pub key: String,
-    pub version_id: Option<String>,
-}
-
-impl std::fmt::Display for ObjectRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "s3://{}/{}", self.bucket, self.key)?;
-        if let Some(version) = &self.version_id {
-            write!(f, "?versionId={version}")?;
-        }
-        Ok(())
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("HeadObject {object} failed: {message}")]
-pub struct HeadError {
-    pub object: String,
-    pub message: String,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("GetObject {object} failed: {message}")]
-pub struct GetError {
-    pub object: String,
-    pub message: String,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("PutObject s3://{bucket}/{key} failed: {message}")]
-pub struct PutError {
-    pub bucket: String,
-    pub key: String,
-    pub message: String,
-}
-
+/// Objects in S3.
 #[derive(Debug, Clone)]
-pub struct ObjectStore {
+pub struct S3Objects {
     client: Client,
 }
 
-impl ObjectStore {
+impl S3Objects {
     pub fn new(client: Client) -> Self {
-        ObjectStore { client }
+        S3Objects { client }
     }
+}
 
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
-
-    /// HeadObject of exactly the named version, with its checksum.
-    /// `Ok(None)` when the object or version does not exist (any more).
-    pub async fn head(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError> {
+#[async_trait::async_trait]
+impl ObjectClient for S3Objects {
+    async fn head_object(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError> {
         let result = self
             .client
             .head_object()
@@ -114,8 +72,7 @@ impl ObjectStore {
         }))
     }
 
-    /// A stream of the object version's bytes.
-    pub async fn get(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
+    async fn get_object(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
         self.client
             .get_object()
             .bucket(&object.bucket)
@@ -130,8 +87,7 @@ impl ObjectStore {
             })
     }
 
-    /// Writes an object, replacing any earlier one at the key.
-    pub async fn put(
+    async fn put_object(
         &self,
         bucket: &str,
         key: &str,

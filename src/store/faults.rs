@@ -1,0 +1,65 @@
+//! An object client that fails the calls a [`FaultPlan`] names (SlowDown,
+//! 5xx after the SDK's retries), and passes the others to the client it wraps.
+
+use std::sync::Arc;
+
+use aws_sdk_s3::primitives::ByteStream;
+
+use super::{GetError, HeadError, ObjectClient, ObjectRef, PutError};
+use crate::faults::{Call, FaultPlan};
+use crate::fingerprint::ObjectHead;
+
+#[derive(Debug, Clone)]
+pub struct FaultyObjects {
+    inner: Arc<dyn ObjectClient>,
+    plan: Arc<FaultPlan>,
+}
+
+impl FaultyObjects {
+    pub fn new(inner: impl ObjectClient + 'static, plan: Arc<FaultPlan>) -> Self {
+        FaultyObjects {
+            inner: Arc::new(inner),
+            plan,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectClient for FaultyObjects {
+    async fn head_object(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError> {
+        if let Some(message) = self.plan.check(Call::HeadObject, &object.key) {
+            return Err(HeadError {
+                object: object.to_string(),
+                message,
+            });
+        }
+        self.inner.head_object(object).await
+    }
+
+    async fn get_object(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
+        if let Some(message) = self.plan.check(Call::GetObject, &object.key) {
+            return Err(GetError {
+                object: object.to_string(),
+                message,
+            });
+        }
+        self.inner.get_object(object).await
+    }
+
+    async fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        content_type: &str,
+        body: ByteStream,
+    ) -> Result<(), PutError> {
+        if let Some(message) = self.plan.check(Call::PutObject, key) {
+            return Err(PutError {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+                message,
+            });
+        }
+        self.inner.put_object(bucket, key, content_type, body).await
+    }
+}

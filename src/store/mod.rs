@@ -1,0 +1,113 @@
+//! The object store: the S3 calls mediaonce makes, one method per call and
+//! one error type per operation, behind the [`ObjectClient`] trait.
+//! [`s3::S3Objects`] is the real client; [`faults::FaultyObjects`] injects
+//! failures into any client.
+
+use std::sync::Arc;
+
+use aws_sdk_s3::primitives::ByteStream;
+
+use crate::fingerprint::ObjectHead;
+
+pub mod faults;
+pub mod s3;
+
+/// Where an object version is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRef {
+    pub bucket: String,
+    pub key: String,
+    pub version_id: Option<String>,
+}
+
+impl std::fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "s3://{}/{}", self.bucket, self.key)?;
+        if let Some(version) = &self.version_id {
+            write!(f, "?versionId={version}")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("HeadObject {object} failed: {message}")]
+pub struct HeadError {
+    pub object: String,
+    pub message: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("GetObject {object} failed: {message}")]
+pub struct GetError {
+    pub object: String,
+    pub message: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("PutObject s3://{bucket}/{key} failed: {message}")]
+pub struct PutError {
+    pub bucket: String,
+    pub key: String,
+    pub message: String,
+}
+
+/// The S3 calls, one method each.
+#[async_trait::async_trait]
+pub trait ObjectClient: Send + Sync + std::fmt::Debug {
+    /// HeadObject of exactly the named version, with its checksum
+    /// (`ChecksumMode=ENABLED`). `Ok(None)` when the object or version does
+    /// not exist (any more).
+    async fn head_object(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError>;
+
+    /// GetObject: a stream of the version's bytes.
+    async fn get_object(&self, object: &ObjectRef) -> Result<ByteStream, GetError>;
+
+    /// PutObject, replacing any earlier object at the key.
+    async fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        content_type: &str,
+        body: ByteStream,
+    ) -> Result<(), PutError>;
+}
+
+/// The object client the handler and the steps share.
+#[derive(Debug, Clone)]
+pub struct ObjectStore {
+    client: Arc<dyn ObjectClient>,
+}
+
+impl ObjectStore {
+    pub fn new(client: impl ObjectClient + 'static) -> Self {
+        ObjectStore {
+            client: Arc::new(client),
+        }
+    }
+
+    /// The store in S3.
+    pub fn s3(client: aws_sdk_s3::Client) -> Self {
+        ObjectStore::new(s3::S3Objects::new(client))
+    }
+
+    pub async fn head(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError> {
+        self.client.head_object(object).await
+    }
+
+    pub async fn get(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
+        self.client.get_object(object).await
+    }
+
+    pub async fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        content_type: &str,
+        body: ByteStream,
+    ) -> Result<(), PutError> {
+        self.client
+            .put_object(bucket, key, content_type, body)
+            .await
+    }
+}
