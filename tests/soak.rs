@@ -1,0 +1,493 @@
+//! A chaos soak on the emulators. Uploads (10% byte-identical to an earlier
+//! one, 2% deliberate poison) notify a queue; a router delivers every
+//! notification 1 to 3 times to the work queue, as S3 may; 4 workers pull
+//! batches concurrently and crash at a random phase with some probability,
+//! and crashed batches come back by visibility timeout, as in production.
+//! When the queue is drained, every unique (content, recipe) has exactly one
+//! done row with a complete, correct manifest, step executions are the
+//! unique jobs plus the runs crashes cut short, and the DLQ holds only the
+//! poison.
+//!
+//! `SOAK_UPLOADS` sets the size (default 200; e.g. 5000 for a long run),
+//! `SOAK_SEED` the randomness (default: a fresh seed, printed).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
+    SendMessageBatchRequestEntry,
+};
+use common::{handle_before, lambda_message, unique, Options, Pipeline};
+use mediaonce::config::{ENV_DEADLINE_MARGIN_SECS, ENV_LEASE_MARGIN_SECS};
+use mediaonce::faults::{Call, FaultPlan};
+use mediaonce::handler::{BatchReport, Outcome};
+use mediaonce::key::{job_key, sha256_hex};
+use mediaonce::ledger::JobStatus;
+use mediaonce::step::Manifest;
+
+const WORKERS: usize = 4;
+/// Visibility timeout of the work queue, and the invocation a worker gets:
+/// a crashed batch comes back after it, and by then its leases have passed.
+const VISIBILITY_SECS: i32 = 3;
+const INVOCATION_MS: u64 = 3_000;
+const MAX_RECEIVES: usize = 8;
+const CRASH_PROBABILITY: f64 = 0.15;
+/// The soak gives up (and fails) after this long.
+const BOUND: Duration = Duration::from_secs(600);
+
+/// Where a worker crashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Crash {
+    /// Before handling: nothing happened, the batch comes back.
+    BeforeHandling,
+    /// After claiming, as the step starts reading: no finish.
+    InStep,
+    /// After the step and its outputs, before finishing.
+    BeforeFinish,
+    /// After finishing, before the messages are deleted.
+    BeforeDelete,
+}
+
+#[derive(Default)]
+struct Tally {
+    batches: AtomicUsize,
+    deliveries_handled: AtomicUsize,
+    crashes: Mutex<BTreeMap<String, usize>>,
+    /// Step runs cut short by a crash (their finish never happened).
+    crashed_runs: AtomicUsize,
+    /// Runs whose finish was rejected: their lease had been taken over.
+    stale_runs: AtomicUsize,
+    outcomes: Mutex<BTreeMap<&'static str, usize>>,
+    /// Messages the invocation deadline cut off (their step may have run).
+    cut_off: AtomicUsize,
+    /// Signalled by a worker whose long-poll came back empty.
+    idle: tokio::sync::Notify,
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+async fn queue_with_dlq(p: &Pipeline) -> (String, String, String) {
+    let create = |name: String, attributes: Vec<(QueueAttributeName, String)>| {
+        let sqs = p.sqs.clone();
+        async move {
+            let mut request = sqs.create_queue().queue_name(name);
+            for (k, v) in attributes {
+                request = request.attributes(k, v);
+            }
+            request.send().await.unwrap().queue_url.unwrap()
+        }
+    };
+    let arn_of = |url: String| {
+        let sqs = p.sqs.clone();
+        async move {
+            sqs.get_queue_attributes()
+                .queue_url(url)
+                .attribute_names(QueueAttributeName::QueueArn)
+                .send()
+                .await
+                .unwrap()
+                .attributes
+                .unwrap()[&QueueAttributeName::QueueArn]
+                .clone()
+        }
+    };
+    let dlq = create(unique("dlq"), vec![]).await;
+    let dlq_arn = arn_of(dlq.clone()).await;
+    let redrive =
+        serde_json::json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": MAX_RECEIVES})
+            .to_string();
+    let work = create(
+        unique("work"),
+        vec![
+            (
+                QueueAttributeName::VisibilityTimeout,
+                VISIBILITY_SECS.to_string(),
+            ),
+            (QueueAttributeName::RedrivePolicy, redrive),
+        ],
+    )
+    .await;
+    let work_arn = arn_of(work.clone()).await;
+    (work, work_arn, dlq)
+}
+
+async fn queue_is_empty(p: &Pipeline, url: &str) -> bool {
+    let attributes = p
+        .sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap_or_default();
+    attributes.values().all(|v| v == "0")
+}
+
+fn tally_report(tally: &Tally, report: &BatchReport, crashed: bool) {
+    let mut outcomes = tally.outcomes.lock().unwrap();
+    let cut_off = report
+        .messages
+        .iter()
+        .filter(|m| m.error.as_deref() == Some("unfinished at the invocation deadline"))
+        .count();
+    tally.cut_off.fetch_add(cut_off, Ordering::SeqCst);
+    // Only the counted step's runs are step executions here (poison runs another).
+    for job in report.jobs().filter(|j| j.step == "counted-probe") {
+        *outcomes.entry(job.outcome.as_str()).or_default() += 1;
+        let reason = job.reason.as_deref().unwrap_or_default();
+        if crashed && reason.contains("injected fault: crash") && reason.contains("UpdateItem") {
+            tally.crashed_runs.fetch_add(1, Ordering::SeqCst);
+        }
+        if job.outcome == Outcome::Busy && reason.contains("lease lost") {
+            tally.stale_runs.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn worker(
+    p: Arc<Pipeline>,
+    work_url: String,
+    work_arn: String,
+    seed: u64,
+    tally: Arc<Tally>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    while !stop.load(Ordering::SeqCst) {
+        let received = p
+            .sqs
+            .receive_message()
+            .queue_url(&work_url)
+            .max_number_of_messages(10)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap()
+            .messages
+            .unwrap_or_default();
+        if received.is_empty() {
+            tally.idle.notify_one();
+            continue;
+        }
+        tally.batches.fetch_add(1, Ordering::SeqCst);
+        tally
+            .deliveries_handled
+            .fetch_add(received.len(), Ordering::SeqCst);
+        let messages: Vec<_> = received
+            .into_iter()
+            .map(|m| lambda_message(m, &work_arn))
+            .collect();
+        let crash = (rng.f64() < CRASH_PROBABILITY).then(|| match rng.usize(0..4) {
+            0 => Crash::BeforeHandling,
+            1 => Crash::InStep,
+            2 => Crash::BeforeFinish,
+            _ => Crash::BeforeDelete,
+        });
+        if let Some(crash) = crash {
+            *tally
+                .crashes
+                .lock()
+                .unwrap()
+                .entry(format!("{crash:?}"))
+                .or_default() += 1;
+        }
+        // A crash is a process that stops making calls: every call of the
+        // kind fails from that point, and nothing is deleted.
+        let faults = Arc::new(FaultPlan::new());
+        match crash {
+            Some(Crash::BeforeHandling) => continue,
+            Some(Crash::InStep) => {
+                faults.fail(Call::GetObject, usize::MAX, "crash");
+                faults.fail(Call::Finish, usize::MAX, "crash");
+            }
+            Some(Crash::BeforeFinish) => {
+                faults.fail(Call::Finish, usize::MAX, "crash");
+            }
+            Some(Crash::BeforeDelete) | None => {}
+        }
+        let app = p.worker(0, faults);
+        let deadline = app.now_ms() + INVOCATION_MS;
+        let report = handle_before(app, messages.clone(), deadline).await;
+        tally_report(&tally, &report, crash.is_some());
+        if crash.is_some() {
+            continue;
+        }
+        // As the event source mapping does: delete what was not reported.
+        let failed: BTreeSet<String> = report
+            .response()
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.clone())
+            .collect();
+        let entries: Vec<_> = messages
+            .iter()
+            .filter(|m| !failed.contains(m.message_id.as_deref().unwrap_or_default()))
+            .enumerate()
+            .map(|(i, m)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(m.receipt_handle.clone().unwrap())
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        if !entries.is_empty() {
+            p.sqs
+                .delete_message_batch()
+                .queue_url(&work_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chaos_soak() {
+    let uploads = env_usize("SOAK_UPLOADS", 200);
+    let seed = std::env::var("SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    println!("soak: {uploads} uploads, seed {seed} (SOAK_SEED={seed} repeats it)");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let p = Arc::new(
+        Pipeline::new(Options {
+            recipes: Some(
+                r#"[{"step":"counted-probe","version":1,"params":{},"match":{"prefix":"up/"}},
+                    {"step":"panics","version":1,"params":{},"match":{"prefix":"poison/"}}]"#
+                    .into(),
+            ),
+            vars: vec![
+                (ENV_LEASE_MARGIN_SECS, "0".into()),
+                (ENV_DEADLINE_MARGIN_SECS, "1".into()),
+            ],
+            ..Options::default()
+        })
+        .await,
+    );
+    let started = Instant::now();
+
+    // Uploads: 10% repeat an earlier upload's bytes, 2% are poison.
+    let mut contents: Vec<Vec<u8>> = Vec::new();
+    let mut unique_hashes = BTreeSet::new();
+    let mut poison = 0;
+    for i in 0..uploads {
+        let is_poison = rng.f64() < 0.02;
+        let bytes = if !contents.is_empty() && rng.f64() < 0.10 {
+            contents[rng.usize(0..contents.len())].clone()
+        } else {
+            format!("upload {i} of soak {seed}: {}", rng.u64(..)).into_bytes()
+        };
+        let key = if is_poison {
+            poison += 1;
+            format!("poison/{i}.bin")
+        } else {
+            unique_hashes.insert(sha256_hex(&bytes));
+            contents.push(bytes.clone());
+            format!("up/{i}.bin")
+        };
+        p.put(&key, &bytes, true).await;
+    }
+
+    // The router: every notification 1 to 3 times to the work queue.
+    let (work_url, work_arn, dlq_url) = queue_with_dlq(&p).await;
+    let mut notifications = Vec::new();
+    let mut empty_polls = 0;
+    while notifications.len() < uploads && empty_polls < 10 {
+        let got = p.receive_batch().await;
+        empty_polls = if got.is_empty() { empty_polls + 1 } else { 0 };
+        notifications.extend(got.into_iter().filter(|m| {
+            !m.body
+                .as_deref()
+                .unwrap_or_default()
+                .contains("s3:TestEvent")
+        }));
+    }
+    assert_eq!(notifications.len(), uploads, "every upload notified");
+    let mut deliveries = 0;
+    for chunk in notifications.chunks(3) {
+        let mut entries = Vec::new();
+        for message in chunk {
+            for _ in 0..rng.usize(1..=3) {
+                entries.push(
+                    SendMessageBatchRequestEntry::builder()
+                        .id(entries.len().to_string())
+                        .message_body(message.body.clone().unwrap_or_default())
+                        .build()
+                        .unwrap(),
+                );
+            }
+        }
+        deliveries += entries.len();
+        p.sqs
+            .send_message_batch()
+            .queue_url(&work_url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .unwrap();
+    }
+
+    // The workers, until the work queue is drained.
+    let tally = Arc::new(Tally::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|i| {
+            tokio::spawn(worker(
+                p.clone(),
+                work_url.clone(),
+                work_arn.clone(),
+                seed.wrapping_add(i as u64 + 1),
+                tally.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    // Drained: the queue reports nothing visible, in flight or delayed at
+    // three idle polls in a row (a worker's empty long-poll wakes this loop).
+    let mut empty_checks = 0;
+    while empty_checks < 3 {
+        assert!(
+            started.elapsed() < BOUND,
+            "the soak did not drain within {BOUND:?}"
+        );
+        tally.idle.notified().await;
+        empty_checks = if queue_is_empty(&p, &work_url).await {
+            empty_checks + 1
+        } else {
+            0
+        };
+    }
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.await.unwrap();
+    }
+
+    // Every unique (content, recipe): exactly one done row, a correct manifest.
+    let recipe_hash = p.app.config.recipes[0].recipe_hash.clone();
+    let mut done = 0;
+    for input_hash in &unique_hashes {
+        let key = job_key(input_hash, &recipe_hash);
+        let row = p
+            .row(&key)
+            .await
+            .unwrap_or_else(|| panic!("no row for {key}"));
+        assert_eq!(row.status, JobStatus::Done, "{row:?}");
+        let manifest: Manifest =
+            serde_json::from_slice(&p.output(&format!("derived/{key}/_manifest.json")).await)
+                .unwrap();
+        assert_eq!(
+            (manifest.job_key.as_str(), manifest.input_hash.as_str()),
+            (key.as_str(), input_hash.as_str())
+        );
+        assert_eq!(manifest.outputs.len(), 1);
+        for output in &manifest.outputs {
+            let bytes = p.output(&format!("derived/{key}/{}", output.name)).await;
+            assert_eq!(
+                (bytes.len() as u64, sha256_hex(&bytes)),
+                (output.size, output.sha256.clone())
+            );
+        }
+        done += 1;
+    }
+    let rows = p
+        .dynamodb
+        .scan()
+        .table_name(&p.table)
+        .send()
+        .await
+        .unwrap()
+        .count as usize;
+
+    // The DLQ: only poison.
+    let mut dead_letters = Vec::new();
+    loop {
+        let got = p
+            .sqs
+            .receive_message()
+            .queue_url(&dlq_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap()
+            .messages
+            .unwrap_or_default();
+        if got.is_empty() {
+            break;
+        }
+        for m in got {
+            p.sqs
+                .delete_message()
+                .queue_url(&dlq_url)
+                .receipt_handle(m.receipt_handle.clone().unwrap())
+                .send()
+                .await
+                .unwrap();
+            dead_letters.push(m.body.unwrap_or_default());
+        }
+    }
+    let not_poison: Vec<_> = dead_letters
+        .iter()
+        .filter(|b| !b.contains("poison/"))
+        .collect();
+
+    let executions = p.counted.runs();
+    let crashed_runs = tally.crashed_runs.load(Ordering::SeqCst);
+    let stale_runs = tally.stale_runs.load(Ordering::SeqCst);
+    let cut_off = tally.cut_off.load(Ordering::SeqCst);
+    println!(
+        "soak: {uploads} uploads ({} unique contents, {poison} poison), {deliveries} deliveries routed, \
+         {} deliveries handled in {} batches by {WORKERS} workers",
+        unique_hashes.len(),
+        tally.deliveries_handled.load(Ordering::SeqCst),
+        tally.batches.load(Ordering::SeqCst),
+    );
+    println!("soak: crashes {:?}", tally.crashes.lock().unwrap());
+    println!("soak: job outcomes {:?}", tally.outcomes.lock().unwrap());
+    println!(
+        "soak: {done} done rows for {} unique jobs ({rows} rows in all); step executions {executions} = \
+         {} unique + {crashed_runs} cut short by crashes + {stale_runs} stale \
+         (+ at most {cut_off} cut off by the invocation deadline)",
+        unique_hashes.len(),
+        unique_hashes.len()
+    );
+    println!(
+        "soak: DLQ {} messages ({} not poison); drained in {:.1} s",
+        dead_letters.len(),
+        not_poison.len(),
+        started.elapsed().as_secs_f64()
+    );
+
+    assert_eq!(done, unique_hashes.len());
+    let accounted = unique_hashes.len() + crashed_runs + stale_runs;
+    assert!(
+        (accounted..=accounted + cut_off).contains(&executions),
+        "{executions} step executions, {accounted} accounted for, {cut_off} cut off"
+    );
+    assert!(
+        not_poison.is_empty(),
+        "DLQ holds more than poison: {not_poison:?}"
+    );
+    if poison > 0 {
+        assert!(!dead_letters.is_empty(), "the poison reached the DLQ");
+    }
+}
