@@ -1,16 +1,18 @@
 //! The batch handler: an SQS batch of S3 notifications in, the messages that
 //! must come back out (an SQS partial batch response).
 //!
-//! Each message runs in its own task (a panic fails that message alone),
-//! at most `concurrency` at a time. Jobs with the same key in one batch are
-//! claimed once and share the outcome.
+//! Messages run in tasks (a panic fails only its own message), at most
+//! `concurrency` at a time; those of one FIFO message group run in order in
+//! one task. Jobs with the same key in one batch are claimed once. Inside
+//! Lambda no job starts too close to the deadline, and the response is sent
+//! before it.
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use futures::FutureExt;
 use tokio::sync::{OnceCell, Semaphore};
 use tokio::task::JoinHandle;
@@ -23,125 +25,9 @@ use crate::key::job_key;
 use crate::lease::{Clock, SystemClock};
 use crate::ledger::{Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger, LedgerError};
 use crate::queue::{busy_delay_secs, queue_url_from_arn, Queue};
+pub use crate::report::{BatchReport, JobReport, MessageReport, Outcome};
 use crate::step::{JobInput, JobOutputs, Manifest, StepContext, StepError, StepRegistry};
 use crate::store::{ObjectRef, ObjectStore};
-
-/// What a job came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    /// This worker ran the step and marked the job done.
-    Ran,
-    /// The job was already done: its output is reused.
-    Reused,
-    /// Another worker holds it (or took it over): the message comes back.
-    Busy,
-    /// The step or a service call failed: the message comes back.
-    Failed,
-    /// Nothing to do: the object is gone or was replaced since the event.
-    Skipped,
-    /// Failed on every allowed attempt: not run again; the message goes to
-    /// the DLQ through the queue's redrive policy.
-    Poisoned,
-    /// Not started: too close to the invocation deadline. The message comes back.
-    Deferred,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Ran => "ran",
-            Outcome::Reused => "reused",
-            Outcome::Busy => "busy",
-            Outcome::Failed => "failed",
-            Outcome::Skipped => "skipped",
-            Outcome::Poisoned => "poisoned",
-            Outcome::Deferred => "deferred",
-        }
-    }
-
-    /// Whether the message carrying this job must be delivered again.
-    pub fn must_retry(self) -> bool {
-        matches!(
-            self,
-            Outcome::Busy | Outcome::Failed | Outcome::Poisoned | Outcome::Deferred
-        )
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct JobReport {
-    /// Empty when the object could not be fingerprinted (gone, unreadable).
-    pub job_key: String,
-    pub step: String,
-    pub outcome: Outcome,
-    /// The attempt that ran (or the row's attempts, for reused and busy).
-    pub attempt: u64,
-    pub duration_ms: u64,
-    /// Why it failed or was skipped.
-    pub reason: Option<String>,
-    /// When busy: when the holder's lease ends.
-    pub busy_until_ms: Option<u64>,
-}
-
-impl JobReport {
-    /// The report for another message of the batch that carries the same
-    /// job: the step ran once, for the first; the others reuse its output.
-    fn seen_again(&self) -> JobReport {
-        let mut report = self.clone();
-        if report.outcome == Outcome::Ran {
-            report.outcome = Outcome::Reused;
-            report.reason = Some("ran for an earlier message of this batch".into());
-        }
-        report
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct MessageReport {
-    pub message_id: String,
-    pub jobs: Vec<JobReport>,
-    /// The body could not be used (or the message's task panicked).
-    pub error: Option<String>,
-}
-
-impl MessageReport {
-    pub fn must_retry(&self) -> bool {
-        self.error.is_some() || self.jobs.iter().any(|j| j.outcome.must_retry())
-    }
-
-    /// When the last lease of its busy jobs ends, if any is busy.
-    pub fn busy_until_ms(&self) -> Option<u64> {
-        self.jobs.iter().filter_map(|j| j.busy_until_ms).max()
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct BatchReport {
-    pub messages: Vec<MessageReport>,
-}
-
-impl BatchReport {
-    /// The partial batch response: one failure per message to redeliver.
-    pub fn response(&self) -> SqsBatchResponse {
-        let mut response = SqsBatchResponse::default();
-        for message in self.messages.iter().filter(|m| m.must_retry()) {
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = message.message_id.clone();
-            response.batch_item_failures.push(failure);
-        }
-        response
-    }
-
-    pub fn jobs(&self) -> impl Iterator<Item = &JobReport> {
-        self.messages.iter().flat_map(|m| m.jobs.iter())
-    }
-
-    /// How many jobs came to `outcome`.
-    pub fn count(&self, outcome: Outcome) -> usize {
-        self.jobs().filter(|j| j.outcome == outcome).count()
-    }
-}
 
 /// The invocation a batch arrived in.
 #[derive(Debug, Clone, Default)]

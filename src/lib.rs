@@ -13,7 +13,8 @@
 //! - [`store`]: the S3 calls;
 //! - [`queue`]: handing busy messages back for when their holder is done;
 //! - [`step`] and [`steps`]: the work, and where its outputs go;
-//! - [`handler`]: an SQS batch in, a partial batch response out.
+//! - [`handler`]: an SQS batch in, a partial batch response out;
+//! - [`report`]: what each job and message came to.
 //!
 //! DESIGN.md says what is guaranteed and what breaks it.
 
@@ -28,6 +29,7 @@ pub mod key;
 pub mod lease;
 pub mod ledger;
 pub mod queue;
+pub mod report;
 pub mod step;
 pub mod steps;
 pub mod store;

@@ -137,7 +137,7 @@ async fn queue_is_empty(p: &Pipeline, url: &str) -> bool {
     attributes.values().all(|v| v == "0")
 }
 
-fn tally_report(tally: &Tally, report: &BatchReport, crashed: bool) {
+fn tally_report(tally: &Tally, report: &BatchReport, crashed_batch: bool) {
     let mut outcomes = tally.outcomes.lock().unwrap();
     let cut_off = report
         .messages
@@ -145,17 +145,29 @@ fn tally_report(tally: &Tally, report: &BatchReport, crashed: bool) {
         .filter(|m| m.error.as_deref() == Some("unfinished at the invocation deadline"))
         .count();
     tally.cut_off.fetch_add(cut_off, Ordering::SeqCst);
-    // Only the counted step's runs are step executions here (poison runs another).
-    for job in report.jobs().filter(|j| j.step == "counted-probe") {
+    // Only the counted step's runs are step executions here (poison runs
+    // another); a job carried by several messages of the batch ran once.
+    let mut crashed = BTreeSet::new();
+    let mut stale = BTreeSet::new();
+    for job in report.jobs() {
         *outcomes.entry(job.outcome.as_str()).or_default() += 1;
+    }
+    for job in report.jobs().filter(|j| j.step == "counted-probe") {
         let reason = job.reason.as_deref().unwrap_or_default();
-        if crashed && reason.contains("injected fault: crash") && reason.contains("UpdateItem") {
-            tally.crashed_runs.fetch_add(1, Ordering::SeqCst);
+        if crashed_batch
+            && reason.contains("injected fault: crash")
+            && reason.contains("UpdateItem")
+        {
+            crashed.insert(job.job_key.clone());
         }
         if job.outcome == Outcome::Busy && reason.contains("lease lost") {
-            tally.stale_runs.fetch_add(1, Ordering::SeqCst);
+            stale.insert(job.job_key.clone());
         }
     }
+    tally
+        .crashed_runs
+        .fetch_add(crashed.len(), Ordering::SeqCst);
+    tally.stale_runs.fetch_add(stale.len(), Ordering::SeqCst);
 }
 
 #[allow(clippy::too_many_arguments)]

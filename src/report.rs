@@ -1,0 +1,194 @@
+//! What a batch came to: per job, per message, and the partial batch
+//! response derived from them. Pure.
+
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse};
+
+/// What a job came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// This worker ran the step and marked the job done.
+    Ran,
+    /// The job was already done: its output is reused.
+    Reused,
+    /// Another worker holds it (or took it over): the message comes back.
+    Busy,
+    /// The step or a service call failed: the message comes back.
+    Failed,
+    /// Nothing to do: the object is gone or was replaced since the event.
+    Skipped,
+    /// Failed on every allowed attempt: not run again; the message goes to
+    /// the DLQ through the queue's redrive policy.
+    Poisoned,
+    /// Not started: too close to the invocation deadline. The message comes back.
+    Deferred,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ran => "ran",
+            Outcome::Reused => "reused",
+            Outcome::Busy => "busy",
+            Outcome::Failed => "failed",
+            Outcome::Skipped => "skipped",
+            Outcome::Poisoned => "poisoned",
+            Outcome::Deferred => "deferred",
+        }
+    }
+
+    /// Whether the message carrying this job must be delivered again.
+    pub fn must_retry(self) -> bool {
+        matches!(
+            self,
+            Outcome::Busy | Outcome::Failed | Outcome::Poisoned | Outcome::Deferred
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct JobReport {
+    /// Empty when the object could not be fingerprinted (gone, unreadable).
+    pub job_key: String,
+    pub step: String,
+    pub outcome: Outcome,
+    /// The attempt that ran (or the row's attempts, for reused and busy).
+    pub attempt: u64,
+    pub duration_ms: u64,
+    /// Why it failed or was skipped.
+    pub reason: Option<String>,
+    /// When busy: when the holder's lease ends.
+    pub busy_until_ms: Option<u64>,
+}
+
+impl JobReport {
+    /// The report for another message of the batch that carries the same
+    /// job: the step ran once, for the first; the others reuse its output.
+    pub(crate) fn seen_again(&self) -> JobReport {
+        let mut report = self.clone();
+        if report.outcome == Outcome::Ran {
+            report.outcome = Outcome::Reused;
+            report.reason = Some("ran for an earlier message of this batch".into());
+        }
+        report
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MessageReport {
+    pub message_id: String,
+    pub jobs: Vec<JobReport>,
+    /// The body could not be used (or the message's task panicked).
+    pub error: Option<String>,
+}
+
+impl MessageReport {
+    pub fn must_retry(&self) -> bool {
+        self.error.is_some() || self.jobs.iter().any(|j| j.outcome.must_retry())
+    }
+
+    /// When the last lease of its busy jobs ends, if any is busy.
+    pub fn busy_until_ms(&self) -> Option<u64> {
+        self.jobs.iter().filter_map(|j| j.busy_until_ms).max()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BatchReport {
+    pub messages: Vec<MessageReport>,
+}
+
+impl BatchReport {
+    /// The partial batch response: one failure per message to redeliver.
+    pub fn response(&self) -> SqsBatchResponse {
+        let mut response = SqsBatchResponse::default();
+        for message in self.messages.iter().filter(|m| m.must_retry()) {
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = message.message_id.clone();
+            response.batch_item_failures.push(failure);
+        }
+        response
+    }
+
+    pub fn jobs(&self) -> impl Iterator<Item = &JobReport> {
+        self.messages.iter().flat_map(|m| m.jobs.iter())
+    }
+
+    /// How many jobs came to `outcome`.
+    pub fn count(&self, outcome: Outcome) -> usize {
+        self.jobs().filter(|j| j.outcome == outcome).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(outcome: Outcome, busy_until_ms: Option<u64>) -> JobReport {
+        JobReport {
+            job_key: "k".into(),
+            step: "probe".into(),
+            outcome,
+            attempt: 1,
+            duration_ms: 0,
+            reason: None,
+            busy_until_ms,
+        }
+    }
+
+    fn message(id: &str, jobs: Vec<JobReport>, error: Option<&str>) -> MessageReport {
+        MessageReport {
+            message_id: id.into(),
+            jobs,
+            error: error.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_response_names_exactly_the_messages_to_redeliver() {
+        let batch = BatchReport {
+            messages: vec![
+                message(
+                    "ran",
+                    vec![job(Outcome::Ran, None), job(Outcome::Skipped, None)],
+                    None,
+                ),
+                message("reused", vec![job(Outcome::Reused, None)], None),
+                message("no-jobs", vec![], None),
+                message(
+                    "half-busy",
+                    vec![job(Outcome::Ran, None), job(Outcome::Busy, Some(5))],
+                    None,
+                ),
+                message("bad-body", vec![], Some("body is not JSON")),
+                message("poisoned", vec![job(Outcome::Poisoned, None)], None),
+                message("deferred", vec![job(Outcome::Deferred, None)], None),
+                message("failed", vec![job(Outcome::Failed, None)], None),
+            ],
+        };
+        let ids: Vec<String> = batch
+            .response()
+            .batch_item_failures
+            .into_iter()
+            .map(|f| f.item_identifier)
+            .collect();
+        assert_eq!(
+            ids,
+            ["half-busy", "bad-body", "poisoned", "deferred", "failed"]
+        );
+        assert_eq!(batch.count(Outcome::Ran), 2);
+        assert_eq!(batch.messages[3].busy_until_ms(), Some(5));
+    }
+
+    #[test]
+    fn a_job_seen_again_in_the_batch_is_reused_not_ran() {
+        assert_eq!(
+            job(Outcome::Ran, None).seen_again().outcome,
+            Outcome::Reused
+        );
+        assert_eq!(
+            job(Outcome::Busy, Some(1)).seen_again().outcome,
+            Outcome::Busy
+        );
+    }
+}
