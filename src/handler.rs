@@ -144,11 +144,7 @@ struct BatchJobs {
 
 impl BatchJobs {
     fn cell(&self, key: &str) -> Arc<OnceCell<JobReport>> {
-        let mut jobs = self
-            .jobs
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        jobs.entry(key.to_string()).or_default().clone()
+        lock(&self.jobs).entry(key.to_string()).or_default().clone()
     }
 }
 
