@@ -8,7 +8,7 @@
 //! unique jobs plus the runs crashes cut short, and the DLQ holds only the
 //! poison.
 //!
-//! `SOAK_UPLOADS` sets the size (default 200; e.g. 5000 for a long run),
+//! `SOAK_UPLOADS` sets the size (default 500; e.g. 5000 for a long run),
 //! `SOAK_SEED` the randomness (default: a fresh seed, printed).
 
 mod common;
@@ -273,7 +273,7 @@ async fn worker(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chaos_soak() {
-    let uploads = env_usize("SOAK_UPLOADS", 200);
+    let uploads = env_usize("SOAK_UPLOADS", 500);
     let seed = std::env::var("SOAK_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
