@@ -3,11 +3,11 @@
 
 mod common;
 
-use common::{create_table, unique, Options, Pipeline};
+use common::{claim_request, fresh_ledger, Options, Pipeline};
 use mediaonce::handler::Outcome;
 use mediaonce::key::{job_key, sha256_hex};
 use mediaonce::lease::now_ms;
-use mediaonce::ledger::{ClaimOutcome, ClaimRequest, FinishError, JobRow, JobStatus, Ledger};
+use mediaonce::ledger::{ClaimOutcome, ClaimRequest, FinishError, JobRow, JobStatus};
 
 const BYTES: &[u8] = b"claimed bytes";
 
@@ -117,29 +117,12 @@ async fn a_failed_job_is_retried() {
 }
 
 fn request(key: &str, owner: &str, lease_until_ms: u64) -> ClaimRequest {
-    ClaimRequest {
-        job_key: key.to_string(),
-        step: "probe".into(),
-        input_hash: "i".repeat(64),
-        output_prefix: format!("s3://out/derived/{key}/"),
-        owner: owner.to_string(),
-        lease_until_ms,
-        now_ms: now_ms(),
-        max_attempts: 3,
-    }
-}
-
-async fn ledger() -> Ledger {
-    let sdk = mediaonce::aws::load_sdk_config().await;
-    let client = mediaonce::aws::dynamodb_client(&sdk);
-    let table = unique("ledger");
-    create_table(&client, &table).await;
-    Ledger::dynamodb(client, table)
+    claim_request(key, owner, now_ms(), lease_until_ms)
 }
 
 #[tokio::test]
 async fn a_stale_owner_cannot_finish_over_its_successor() {
-    let ledger = ledger().await;
+    let ledger = fresh_ledger().await;
     let key = "k".repeat(64);
     // A claims with a lease that has already run out (its worker stalled).
     let ClaimOutcome::Run(stale) = ledger
@@ -191,7 +174,7 @@ async fn a_stale_owner_cannot_finish_over_its_successor() {
 
 #[tokio::test]
 async fn a_lost_takeover_race_is_busy_never_a_second_run() {
-    let ledger = ledger().await;
+    let ledger = fresh_ledger().await;
     let key = "r".repeat(64);
     let ClaimOutcome::Run(first) = ledger
         .claim(&request(&key, "A", now_ms() + 600_000))
@@ -234,7 +217,7 @@ async fn a_lost_takeover_race_is_busy_never_a_second_run() {
 
 #[tokio::test]
 async fn long_errors_are_cut_to_2000_characters() {
-    let ledger = ledger().await;
+    let ledger = fresh_ledger().await;
     let key = "e".repeat(64);
     let ClaimOutcome::Run(claim) = ledger
         .claim(&request(&key, "A", now_ms() + 600_000))

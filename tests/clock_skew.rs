@@ -7,32 +7,18 @@
 
 mod common;
 
-use common::{create_table, unique};
+use common::{claim_request, fresh_ledger};
 use mediaonce::lease::LeasePolicy;
 use mediaonce::ledger::{ClaimOutcome, ClaimRequest, FinishError, JobStatus, Ledger};
 
 const T0: u64 = 1_800_000_000_000;
 const INVOCATION: u64 = 60_000;
 
+/// A claim by a worker whose clock reads `clock_ms`, in an invocation ending
+/// at `deadline_ms` on that clock.
 fn claim(key: &str, owner: &str, clock_ms: u64, deadline_ms: u64) -> ClaimRequest {
-    ClaimRequest {
-        job_key: key.to_string(),
-        step: "probe".into(),
-        input_hash: "i".repeat(64),
-        output_prefix: format!("s3://out/derived/{key}/"),
-        owner: owner.to_string(),
-        lease_until_ms: LeasePolicy::default().lease_until_ms(clock_ms, Some(deadline_ms)),
-        now_ms: clock_ms,
-        max_attempts: 3,
-    }
-}
-
-async fn ledger() -> Ledger {
-    let sdk = mediaonce::aws::load_sdk_config().await;
-    let client = mediaonce::aws::dynamodb_client(&sdk);
-    let table = unique("skew");
-    create_table(&client, &table).await;
-    Ledger::dynamodb(client, table)
+    let lease_until_ms = LeasePolicy::default().lease_until_ms(clock_ms, Some(deadline_ms));
+    claim_request(key, owner, clock_ms, lease_until_ms)
 }
 
 /// Worker A claims at T0 with a correct clock; its invocation ends at T0 + 60 s.
@@ -49,7 +35,7 @@ async fn holder(ledger: &Ledger, key: &str) -> mediaonce::ledger::Claim {
 
 #[tokio::test]
 async fn a_clock_ahead_by_less_than_the_margin_waits_for_the_holder() {
-    let ledger = ledger().await;
+    let ledger = fresh_ledger().await;
     let key = "s".repeat(64);
     let a = holder(&ledger, &key).await;
     let margin = LeasePolicy::default().deadline_margin.as_millis() as u64;
@@ -67,7 +53,7 @@ async fn a_clock_ahead_by_less_than_the_margin_waits_for_the_holder() {
 #[tokio::test]
 async fn a_clock_ahead_by_more_than_the_margin_takes_over_early_and_the_holders_finish_is_rejected()
 {
-    let ledger = ledger().await;
+    let ledger = fresh_ledger().await;
     let key = "t".repeat(64);
     let a = holder(&ledger, &key).await;
     let margin = LeasePolicy::default().deadline_margin.as_millis() as u64;
@@ -102,7 +88,7 @@ async fn a_clock_ahead_by_more_than_the_margin_takes_over_early_and_the_holders_
 
 #[tokio::test]
 async fn a_clock_behind_only_delays_a_takeover() {
-    let ledger = ledger().await;
+    let ledger = fresh_ledger().await;
     let key = "u".repeat(64);
     holder(&ledger, &key).await;
     // A died. Real time is past its lease, but C's clock is 20 s behind.

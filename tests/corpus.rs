@@ -5,7 +5,7 @@
 mod common;
 
 use aws_lambda_events::event::sqs::SqsMessage;
-use common::{Options, Pipeline};
+use common::{failed_ids, Options, Pipeline};
 use mediaonce::handler::Outcome;
 use serde::Deserialize;
 
@@ -67,12 +67,7 @@ async fn every_body_has_its_documented_outcome() {
     let report = p.handle(messages).await;
     assert_eq!(report.messages.len(), cases.len(), "no message lost");
 
-    let failed: Vec<String> = report
-        .response()
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone())
-        .collect();
+    let failed = failed_ids(&report);
     let mut wrong = Vec::new();
     for (case, message) in cases.iter().zip(&report.messages) {
         assert_eq!(message.message_id, case.name);

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{handle_before, Options, Pipeline};
+use common::{failed_ids, handle_before, Options, Pipeline};
 use mediaonce::config::{Config, ENV_DEADLINE_MARGIN_SECS, ENV_RECIPES, ENV_TABLE};
 use mediaonce::handler::{App, Outcome};
 use mediaonce::lease::now_ms;
@@ -65,12 +65,7 @@ async fn a_stuck_step_is_cut_off_and_only_its_message_comes_back() {
     let deadline = now_ms() + 3_000;
     let report = handle_before(p.app.clone(), messages, deadline).await;
     assert!(now_ms() < deadline, "answered before the deadline");
-    let failed: Vec<String> = report
-        .response()
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone())
-        .collect();
+    let failed = failed_ids(&report);
     assert_eq!(failed, vec![stuck_id.clone()]);
     assert_eq!(p.counted.runs(), 1);
     let stuck = report

@@ -3,8 +3,8 @@
 
 mod common;
 
-use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
-use common::{lambda_message, unique, Options, Pipeline};
+use aws_sdk_sqs::types::QueueAttributeName;
+use common::{failed_ids, lambda_message, receive_from, unique, Options, Pipeline};
 use mediaonce::handler::Outcome;
 
 #[tokio::test]
@@ -69,20 +69,9 @@ async fn a_failure_holds_back_the_rest_of_its_group_only() {
         if batch.len() == 3 {
             break;
         }
-        let received = p
-            .sqs
-            .receive_message()
-            .queue_url(&fifo_url)
-            .max_number_of_messages(10)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .wait_time_seconds(1)
-            .send()
-            .await
-            .unwrap();
         batch.extend(
-            received
-                .messages
-                .unwrap_or_default()
+            receive_from(&p.sqs, &fifo_url)
+                .await
                 .into_iter()
                 .map(|m| lambda_message(m, &fifo_arn)),
         );
@@ -105,12 +94,7 @@ async fn a_failure_holds_back_the_rest_of_its_group_only() {
     assert!(a_bad < a_good, "SQS delivers a group in order");
 
     let report = p.handle(batch).await;
-    let mut failed: Vec<String> = report
-        .response()
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone())
-        .collect();
+    let mut failed = failed_ids(&report);
     failed.sort();
     let mut expected = vec![ids[a_bad].clone(), ids[a_good].clone()];
     expected.sort();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{handle_with, Options, Pipeline};
+use common::{failed_ids, handle_with, Options, Pipeline};
 use mediaonce::handler::Outcome;
 use mediaonce::key::{job_key, sha256_hex};
 use mediaonce::ledger::JobStatus;
@@ -23,15 +23,6 @@ fn outcomes(report: &mediaonce::handler::BatchReport) -> Vec<Outcome> {
     report.jobs().map(|j| j.outcome).collect()
 }
 
-fn failures(report: &mediaonce::handler::BatchReport) -> Vec<String> {
-    report
-        .response()
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone())
-        .collect()
-}
-
 #[tokio::test]
 async fn first_run_writes_outputs_and_a_done_row_then_a_duplicate_reuses_them() {
     let p = Pipeline::new(Options::default()).await;
@@ -41,7 +32,7 @@ async fn first_run_writes_outputs_and_a_done_row_then_a_duplicate_reuses_them() 
     let calls_before = p.ledger_calls.get();
     let first = p.handle(messages.clone()).await;
     assert_eq!(outcomes(&first), vec![Outcome::Ran], "{first:?}");
-    assert!(failures(&first).is_empty());
+    assert!(failed_ids(&first).is_empty());
     assert_eq!(
         p.ledger_calls.get() - calls_before,
         2,
@@ -91,7 +82,7 @@ async fn first_run_writes_outputs_and_a_done_row_then_a_duplicate_reuses_them() 
     let calls_before = p.ledger_calls.get();
     let again = p.handle(messages).await;
     assert_eq!(outcomes(&again), vec![Outcome::Reused]);
-    assert!(failures(&again).is_empty());
+    assert!(failed_ids(&again).is_empty());
     assert_eq!(
         p.ledger_calls.get() - calls_before,
         1,
@@ -128,7 +119,7 @@ async fn identical_bytes_share_one_key_and_run_once() {
     let one_batch = q.handle(messages).await;
     assert_eq!(one_batch.count(Outcome::Ran), 1, "{one_batch:?}");
     assert_eq!(one_batch.count(Outcome::Reused), 1, "{one_batch:?}");
-    assert!(failures(&one_batch).is_empty());
+    assert!(failed_ids(&one_batch).is_empty());
     assert_eq!(
         q.ledger_calls.get() - calls_before,
         2,
@@ -191,7 +182,7 @@ async fn a_test_event_is_acknowledged_and_a_bad_body_fails_alone() {
             not_s3.clone(),
         ])
         .await;
-    let mut failed = failures(&report);
+    let mut failed = failed_ids(&report);
     failed.sort();
     let mut expected = vec![
         bad.message_id.clone().unwrap(),
@@ -238,7 +229,7 @@ async fn outputs_written_into_the_source_bucket_trigger_no_jobs() {
     let calls_before = p.ledger_calls.get();
     let report = p.handle(echoes).await;
     assert_eq!(report.jobs().count(), 0, "{report:?}");
-    assert!(failures(&report).is_empty());
+    assert!(failed_ids(&report).is_empty());
     assert_eq!(
         p.ledger_calls.get(),
         calls_before,
@@ -336,7 +327,7 @@ async fn a_gone_or_replaced_object_is_skipped_without_a_claim() {
         "{report:?}"
     );
     assert!(
-        failures(&report).is_empty(),
+        failed_ids(&report).is_empty(),
         "skipped messages are acknowledged"
     );
     assert_eq!(
@@ -355,7 +346,7 @@ async fn a_gone_or_replaced_object_is_skipped_without_a_claim() {
     // acknowledged without a job, the new bytes run.
     let later = p.handle(p.receive(2).await).await;
     assert_eq!(outcomes(&later), vec![Outcome::Ran], "{later:?}");
-    assert!(failures(&later).is_empty());
+    assert!(failed_ids(&later).is_empty());
 }
 
 #[tokio::test]
@@ -402,7 +393,7 @@ async fn a_panicking_step_fails_its_message_alone_and_its_job_is_marked_failed()
         .and_then(|m| m.message_id.clone())
         .unwrap();
     let report = p.handle(messages).await;
-    assert_eq!(failures(&report), vec![boom_id]);
+    assert_eq!(failed_ids(&report), vec![boom_id]);
     assert_eq!(p.counted.runs(), 1);
     let failed = report.jobs().find(|j| j.step == "panics").unwrap();
     assert_eq!(failed.outcome, Outcome::Failed);

@@ -19,10 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::{
-    DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
-    SendMessageBatchRequestEntry,
+    DeleteMessageBatchRequestEntry, QueueAttributeName, SendMessageBatchRequestEntry,
 };
-use common::{handle_before, lambda_message, unique, Options, Pipeline};
+use common::{failed_ids, handle_before, lambda_message, receive_from, unique, Options, Pipeline};
 use mediaonce::config::{ENV_DEADLINE_MARGIN_SECS, ENV_LEASE_MARGIN_SECS};
 use mediaonce::faults::{Call, FaultPlan};
 use mediaonce::handler::{BatchReport, Outcome};
@@ -181,18 +180,7 @@ async fn worker(
 ) {
     let mut rng = fastrand::Rng::with_seed(seed);
     while !stop.load(Ordering::SeqCst) {
-        let received = p
-            .sqs
-            .receive_message()
-            .queue_url(&work_url)
-            .max_number_of_messages(10)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .wait_time_seconds(1)
-            .send()
-            .await
-            .unwrap()
-            .messages
-            .unwrap_or_default();
+        let received = receive_from(&p.sqs, &work_url).await;
         if received.is_empty() {
             tally.idle.notify_one();
             continue;
@@ -241,12 +229,7 @@ async fn worker(
             continue;
         }
         // As the event source mapping does: delete what was not reported.
-        let failed: BTreeSet<String> = report
-            .response()
-            .batch_item_failures
-            .iter()
-            .map(|f| f.item_identifier.clone())
-            .collect();
+        let failed: BTreeSet<String> = failed_ids(&report).into_iter().collect();
         let entries: Vec<_> = messages
             .iter()
             .filter(|m| !failed.contains(m.message_id.as_deref().unwrap_or_default()))
@@ -432,17 +415,7 @@ async fn chaos_soak() {
     // The DLQ: only poison.
     let mut dead_letters = Vec::new();
     loop {
-        let got = p
-            .sqs
-            .receive_message()
-            .queue_url(&dlq_url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .send()
-            .await
-            .unwrap()
-            .messages
-            .unwrap_or_default();
+        let got = receive_from(&p.sqs, &dlq_url).await;
         if got.is_empty() {
             break;
         }

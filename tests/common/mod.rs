@@ -430,19 +430,9 @@ impl Pipeline {
         got
     }
 
-    /// One long-poll of the queue: up to 10 messages.
+    /// One long-poll of the pipeline's queue: up to 10 messages.
     pub async fn receive_batch(&self) -> Vec<aws_sdk_sqs::types::Message> {
-        self.sqs
-            .receive_message()
-            .queue_url(&self.queue_url)
-            .max_number_of_messages(10)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .wait_time_seconds(1)
-            .send()
-            .await
-            .expect("receive")
-            .messages
-            .unwrap_or_default()
+        receive_from(&self.sqs, &self.queue_url).await
     }
 
     async fn delete(&self, receipt_handle: &str) {
@@ -528,6 +518,34 @@ impl Pipeline {
     }
 }
 
+/// One long-poll of a queue (1 s): up to 10 messages, with their system
+/// attributes (`MessageGroupId` for FIFO queues among them).
+pub async fn receive_from(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+) -> Vec<aws_sdk_sqs::types::Message> {
+    sqs.receive_message()
+        .queue_url(queue_url)
+        .max_number_of_messages(10)
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .expect("receive")
+        .messages
+        .unwrap_or_default()
+}
+
+/// The ids of the messages a batch response sends back.
+pub fn failed_ids(report: &BatchReport) -> Vec<String> {
+    report
+        .response()
+        .batch_item_failures
+        .into_iter()
+        .map(|f| f.item_identifier)
+        .collect()
+}
+
 /// An SQS message as the Lambda event source mapping delivers it, with its
 /// system attributes (`MessageGroupId` for FIFO queues among them).
 pub fn lambda_message(message: aws_sdk_sqs::types::Message, queue_arn: &str) -> SqsMessage {
@@ -568,6 +586,34 @@ pub async fn handle_before(
         deadline_ms: Some(deadline_ms),
     };
     handle_batch(app, event, invocation).await
+}
+
+/// A claim request for a probe job at `now_ms` holding until `lease_until_ms`.
+pub fn claim_request(
+    key: &str,
+    owner: &str,
+    now_ms: u64,
+    lease_until_ms: u64,
+) -> mediaonce::ledger::ClaimRequest {
+    mediaonce::ledger::ClaimRequest {
+        job_key: key.to_string(),
+        step: "probe".into(),
+        input_hash: "i".repeat(64),
+        output_prefix: format!("s3://out/derived/{key}/"),
+        owner: owner.to_string(),
+        lease_until_ms,
+        now_ms,
+        max_attempts: 3,
+    }
+}
+
+/// A ledger on a new, empty DynamoDB table.
+pub async fn fresh_ledger() -> Ledger {
+    let sdk = mediaonce::aws::load_sdk_config().await;
+    let client = mediaonce::aws::dynamodb_client(&sdk);
+    let table = unique("ledger");
+    create_table(&client, &table).await;
+    Ledger::dynamodb(client, table)
 }
 
 pub async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, table: &str) {
