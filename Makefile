@@ -11,9 +11,11 @@ WITH_EMULATORS = eval "$$($(EMULATORS) env)" &&
 
 .PHONY: test demo lint lambda emulators emulators-stop clean-emulators
 
-## test: start the emulators (if they are not up) and run every test
+## test: start the emulators (if they are not up) and run every test; the
+## chaos soak (SOAK_UPLOADS, default 500) runs last and prints its counts
 test: emulators
-	$(WITH_EMULATORS) cargo test --all-targets
+	$(WITH_EMULATORS) cargo test --all-targets -- --skip chaos_soak
+	$(WITH_EMULATORS) cargo test --test soak -- --nocapture
 
 ## demo: a real pipeline on the emulators: upload, notify, claim, run, reuse
 demo: emulators
