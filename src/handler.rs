@@ -128,7 +128,7 @@ impl App {
             config.clone(),
             Ledger::dynamodb(crate::aws::dynamodb_client(&sdk), config.table.clone()),
             ObjectStore::s3(crate::aws::s3_client(&sdk)),
-            Queue::new(crate::aws::sqs_client(&sdk)),
+            Queue::sqs(crate::aws::sqs_client(&sdk)),
             steps,
         );
         app.ledger.check_table().await?;
@@ -652,5 +652,154 @@ fn log_job(report: &JobReport, message_id: &str, object: &ObjectRef) {
         job_event!(tracing::Level::WARN)
     } else {
         job_event!(tracing::Level::INFO)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The handler on in-memory clients: no emulators, no network. The
+    //! integration tests under `tests/` run the same paths on the emulators.
+
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::key::sha256_hex;
+    use crate::ledger::memory::InMemoryTable;
+    use crate::ledger::{JobRow, JobStatus};
+    use crate::queue::RecordingQueue;
+    use crate::store::memory::InMemoryObjects;
+
+    const ARN: &str = "arn:aws:sqs:us-east-1:123456789012:jobs";
+
+    struct Fixture {
+        app: Arc<App>,
+        objects: Arc<InMemoryObjects>,
+        queue: Arc<RecordingQueue>,
+    }
+
+    fn fixture() -> Fixture {
+        let steps = StepRegistry::builtin();
+        let vars = HashMap::from([("MEDIAONCE_TABLE", "jobs")]);
+        let config =
+            Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
+        let objects = InMemoryObjects::new();
+        let queue = Arc::new(RecordingQueue::default());
+        let app = App::new(
+            config,
+            Ledger::new(InMemoryTable::new("jobs")),
+            ObjectStore::new(objects.clone()),
+            Queue::new(queue.clone()),
+            steps,
+        );
+        Fixture {
+            app: Arc::new(app),
+            objects,
+            queue,
+        }
+    }
+
+    fn message(id: &str, key: &str, etag: &str) -> SqsMessage {
+        let body = serde_json::json!({"Records": [{
+            "eventName": "ObjectCreated:Put",
+            "s3": {"bucket": {"name": "in"}, "object": {"key": key, "eTag": etag, "size": 1}}
+        }]});
+        let mut m = SqsMessage::default();
+        m.message_id = Some(id.into());
+        m.receipt_handle = Some(format!("receipt-{id}"));
+        m.body = Some(body.to_string());
+        m.event_source_arn = Some(ARN.into());
+        m
+    }
+
+    async fn handle(app: &Arc<App>, messages: Vec<SqsMessage>) -> BatchReport {
+        let mut event = SqsEvent::default();
+        event.records = messages;
+        let invocation = Invocation {
+            request_id: "req".into(),
+            deadline_ms: Some(app.now_ms() + 60_000),
+        };
+        handle_batch(app.clone(), event, invocation).await
+    }
+
+    #[tokio::test]
+    async fn runs_once_writes_outputs_then_reuses() {
+        let f = fixture();
+        let etag = f.objects.insert("in", "a.bin", b"abc", true);
+        let first = handle(
+            &f.app,
+            vec![message("1", "a.bin", &etag), message("2", "a.bin", &etag)],
+        )
+        .await;
+        let outcomes: Vec<Outcome> = first.jobs().map(|j| j.outcome).collect();
+        assert_eq!(outcomes, [Outcome::Ran, Outcome::Reused]);
+        assert!(first.response().batch_item_failures.is_empty());
+        let key = first.jobs().next().unwrap().job_key.clone();
+        assert_eq!(
+            key,
+            job_key(&sha256_hex(b"abc"), &f.app.config.recipes[0].recipe_hash)
+        );
+        assert_eq!(
+            f.objects.keys("in", "derived/"),
+            [
+                format!("derived/{key}/_manifest.json"),
+                format!("derived/{key}/probe.json")
+            ]
+        );
+        let again = handle(&f.app, vec![message("3", "a.bin", &etag)]).await;
+        assert_eq!(again.jobs().next().unwrap().outcome, Outcome::Reused);
+        assert_eq!(
+            f.app.ledger.get(&key).await.unwrap().unwrap().status,
+            JobStatus::Done
+        );
+    }
+
+    #[tokio::test]
+    async fn a_busy_message_is_handed_back_for_when_the_lease_ends() {
+        let f = fixture();
+        let etag = f.objects.insert("in", "b.bin", b"held", true);
+        let key = job_key(&sha256_hex(b"held"), &f.app.config.recipes[0].recipe_hash);
+        let lease_until_ms = f.app.now_ms() + 5_000;
+        f.app
+            .ledger
+            .claim(&ClaimRequest {
+                job_key: key.clone(),
+                step: "probe".into(),
+                input_hash: sha256_hex(b"held"),
+                output_prefix: "s3://in/derived/".into(),
+                owner: "elsewhere".into(),
+                lease_until_ms,
+                now_ms: f.app.now_ms(),
+                max_attempts: 3,
+            })
+            .await
+            .unwrap();
+        let report = handle(&f.app, vec![message("1", "b.bin", &etag)]).await;
+        assert_eq!(report.jobs().next().unwrap().outcome, Outcome::Busy);
+        let changes = f.queue.changes();
+        assert_eq!(changes.len(), 1);
+        let (url, receipt, seconds) = &changes[0];
+        assert_eq!(url, "https://sqs.us-east-1.amazonaws.com/123456789012/jobs");
+        assert_eq!(receipt, "receipt-1");
+        assert!((5..=7).contains(seconds), "{seconds}");
+        let row: JobRow = f.app.ledger.get(&key).await.unwrap().unwrap();
+        assert_eq!(row.owner, "elsewhere");
+    }
+
+    #[tokio::test]
+    async fn a_replaced_object_is_skipped_and_our_outputs_are_ignored() {
+        let f = fixture();
+        f.objects.insert("in", "c.bin", b"new bytes", false);
+        let report = handle(
+            &f.app,
+            vec![
+                message("1", "c.bin", "etag-of-the-old-bytes"),
+                message("2", "derived/x/probe.json", "e"),
+            ],
+        )
+        .await;
+        let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
+        assert_eq!(outcomes, [Outcome::Skipped]);
+        assert!(report.response().batch_item_failures.is_empty());
+        assert!(f.objects.keys("in", "derived/").is_empty());
     }
 }

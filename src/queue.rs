@@ -4,6 +4,7 @@
 //! visibility timeout (at least 6x the function timeout), often far later
 //! than the holder needs.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::aws::describe_error;
@@ -55,18 +56,58 @@ pub struct DelayError {
     pub message: String,
 }
 
+/// The queue call mediaonce makes.
+#[async_trait::async_trait]
+pub trait QueueClient: Send + Sync + std::fmt::Debug {
+    /// ChangeMessageVisibility: the received message is visible again in `seconds`.
+    async fn change_visibility(
+        &self,
+        queue_url: &str,
+        receipt_handle: &str,
+        seconds: i32,
+    ) -> Result<(), DelayError>;
+}
+
+/// The queue client the handler uses.
 #[derive(Debug, Clone)]
 pub struct Queue {
-    client: aws_sdk_sqs::Client,
+    client: Arc<dyn QueueClient>,
 }
 
 impl Queue {
-    pub fn new(client: aws_sdk_sqs::Client) -> Self {
-        Queue { client }
+    pub fn new(client: impl QueueClient + 'static) -> Self {
+        Queue {
+            client: Arc::new(client),
+        }
+    }
+
+    /// The queue in SQS.
+    pub fn sqs(client: aws_sdk_sqs::Client) -> Self {
+        Queue::new(SqsQueue { client })
     }
 
     /// Makes a received message visible again in `seconds`.
     pub async fn delay(
+        &self,
+        queue_url: &str,
+        receipt_handle: &str,
+        seconds: i32,
+    ) -> Result<(), DelayError> {
+        self.client
+            .change_visibility(queue_url, receipt_handle, seconds)
+            .await
+    }
+}
+
+/// SQS.
+#[derive(Debug, Clone)]
+pub struct SqsQueue {
+    client: aws_sdk_sqs::Client,
+}
+
+#[async_trait::async_trait]
+impl QueueClient for SqsQueue {
+    async fn change_visibility(
         &self,
         queue_url: &str,
         receipt_handle: &str,
@@ -84,6 +125,39 @@ impl Queue {
                 queue_url: queue_url.to_string(),
                 message: describe_error(&err),
             })
+    }
+}
+
+/// A queue that records the visibility changes asked of it (unit tests,
+/// local runs without a queue).
+#[derive(Debug, Default)]
+pub struct RecordingQueue {
+    changes: std::sync::Mutex<Vec<(String, String, i32)>>,
+}
+
+impl RecordingQueue {
+    /// The (queue URL, receipt handle, seconds) asked so far.
+    pub fn changes(&self) -> Vec<(String, String, i32)> {
+        self.changes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl QueueClient for Arc<RecordingQueue> {
+    async fn change_visibility(
+        &self,
+        queue_url: &str,
+        receipt_handle: &str,
+        seconds: i32,
+    ) -> Result<(), DelayError> {
+        self.changes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((queue_url.to_string(), receipt_handle.to_string(), seconds));
+        Ok(())
     }
 }
 

@@ -132,7 +132,7 @@ async fn the_slowest_configured_step_widens_the_margin() {
         config,
         Ledger::dynamodb(mediaonce::aws::dynamodb_client(&sdk), "t"),
         ObjectStore::s3(mediaonce::aws::s3_client(&sdk)),
-        Queue::new(mediaonce::aws::sqs_client(&sdk)),
+        Queue::sqs(mediaonce::aws::sqs_client(&sdk)),
         steps,
     );
     assert_eq!(app.start_margin(), Duration::from_secs(35));

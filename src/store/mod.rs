@@ -1,6 +1,7 @@
 //! The object store: the S3 calls mediaonce makes, one method per call and
 //! one error type per operation, behind the [`ObjectClient`] trait.
-//! [`s3::S3Objects`] is the real client; [`faults::FaultyObjects`] injects
+//! [`s3::S3Objects`] is the real client, [`memory::InMemoryObjects`] keeps
+//! objects in a map (unit tests), and [`faults::FaultyObjects`] injects
 //! failures into any client.
 
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use crate::fingerprint::ObjectHead;
 
 pub mod faults;
+pub mod memory;
 pub mod s3;
 
 /// Where an object version is.

@@ -343,7 +343,7 @@ impl Pipeline {
             config.clone(),
             Ledger::dynamodb(counted_dynamodb.clone(), table.clone()),
             ObjectStore::s3(s3.clone()),
-            Queue::new(sqs.clone()),
+            Queue::sqs(sqs.clone()),
             steps.clone(),
         ));
         app.ledger.check_table().await.expect("table is usable");
@@ -378,7 +378,7 @@ impl Pipeline {
                     faults.clone(),
                 )),
                 ObjectStore::new(FaultyObjects::new(S3Objects::new(self.s3.clone()), faults)),
-                Queue::new(self.sqs.clone()),
+                Queue::sqs(self.sqs.clone()),
                 self.steps.clone(),
             )
             .with_clock(SkewedClock(clock_offset_ms)),

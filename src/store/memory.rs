@@ -1,0 +1,131 @@
+//! Objects in memory, for unit tests and local tools: an unversioned store
+//! whose HeadObject answers like S3's (ETag, size, and a full-object SHA-256
+//! checksum for objects inserted with one).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_s3::primitives::ByteStream;
+use base64::Engine;
+use sha2::{Digest, Sha256};
+
+use super::{GetError, HeadError, ObjectClient, ObjectRef, PutError};
+use crate::fingerprint::ObjectHead;
+
+#[derive(Debug, Clone)]
+struct Stored {
+    bytes: Vec<u8>,
+    content_type: String,
+    with_sha256: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct InMemoryObjects {
+    objects: Mutex<BTreeMap<(String, String), Stored>>,
+}
+
+impl InMemoryObjects {
+    pub fn new() -> Arc<Self> {
+        Arc::new(InMemoryObjects::default())
+    }
+
+    fn objects(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), Stored>> {
+        self.objects.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stores an object as an upload would; with `sha256`, as one that asked
+    /// S3 for a SHA-256 checksum. Returns its ETag.
+    pub fn insert(&self, bucket: &str, key: &str, bytes: &[u8], sha256: bool) -> String {
+        self.objects().insert(
+            (bucket.to_string(), key.to_string()),
+            Stored {
+                bytes: bytes.to_vec(),
+                content_type: "application/octet-stream".into(),
+                with_sha256: sha256,
+            },
+        );
+        etag(bytes)
+    }
+
+    /// An object's bytes.
+    pub fn bytes(&self, bucket: &str, key: &str) -> Option<Vec<u8>> {
+        self.objects()
+            .get(&(bucket.to_string(), key.to_string()))
+            .map(|s| s.bytes.clone())
+    }
+
+    /// The keys in a bucket under a prefix, in order.
+    pub fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        self.objects()
+            .keys()
+            .filter(|(b, k)| b == bucket && k.starts_with(prefix))
+            .map(|(_, k)| k.clone())
+            .collect()
+    }
+}
+
+/// Unique per content, as S3's ETag of a single-part upload is (S3 uses MD5).
+fn etag(bytes: &[u8]) -> String {
+    hex::encode(&Sha256::digest(bytes)[..16])
+}
+
+#[async_trait::async_trait]
+impl ObjectClient for Arc<InMemoryObjects> {
+    async fn head_object(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError> {
+        // Unversioned: a named version does not exist.
+        if object.version_id.is_some() {
+            return Ok(None);
+        }
+        let objects = self.objects();
+        let Some(stored) = objects.get(&(object.bucket.clone(), object.key.clone())) else {
+            return Ok(None);
+        };
+        Ok(Some(ObjectHead {
+            bucket: object.bucket.clone(),
+            key: object.key.clone(),
+            version_id: None,
+            etag: etag(&stored.bytes),
+            size: stored.bytes.len() as u64,
+            checksum_sha256: stored.with_sha256.then(|| {
+                base64::engine::general_purpose::STANDARD.encode(Sha256::digest(&stored.bytes))
+            }),
+            checksum_type: stored.with_sha256.then(|| "FULL_OBJECT".to_string()),
+            content_type: Some(stored.content_type.clone()),
+        }))
+    }
+
+    async fn get_object(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
+        let bytes = self
+            .objects()
+            .get(&(object.bucket.clone(), object.key.clone()))
+            .filter(|_| object.version_id.is_none())
+            .map(|s| s.bytes.clone());
+        bytes.map(ByteStream::from).ok_or_else(|| GetError {
+            object: object.to_string(),
+            message: "NoSuchKey".into(),
+        })
+    }
+
+    async fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        content_type: &str,
+        body: ByteStream,
+    ) -> Result<(), PutError> {
+        let bytes = body.collect().await.map_err(|e| PutError {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            message: e.to_string(),
+        })?;
+        self.objects().insert(
+            (bucket.to_string(), key.to_string()),
+            Stored {
+                bytes: bytes.into_bytes().to_vec(),
+                content_type: content_type.to_string(),
+                with_sha256: false,
+            },
+        );
+        Ok(())
+    }
+}
