@@ -18,11 +18,14 @@ pub const ENV_LEASE_MARGIN_SECS: &str = "MEDIAONCE_LEASE_MARGIN_SECS";
 pub const ENV_LEASE_SECS: &str = "MEDIAONCE_LEASE_SECS";
 pub const ENV_MAX_ATTEMPTS: &str = "MEDIAONCE_MAX_ATTEMPTS";
 pub const ENV_DEADLINE_MARGIN_SECS: &str = "MEDIAONCE_DEADLINE_MARGIN_SECS";
+pub const ENV_MAX_PIXELS: &str = "MEDIAONCE_MAX_PIXELS";
 
 pub const DEFAULT_OUTPUT_PREFIX: &str = "derived/";
 pub const DEFAULT_RECIPES: &str = r#"[{"step":"probe","version":1,"params":{}}]"#;
 pub const DEFAULT_CONCURRENCY: usize = 8;
 pub const DEFAULT_MAX_ATTEMPTS: u64 = 3;
+/// 100 megapixels.
+pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
 pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,6 +80,8 @@ pub struct Config {
     /// No job starts when less than this (plus the slowest configured step's
     /// declared need) remains before the invocation deadline.
     pub deadline_margin: Duration,
+    /// Images declaring more pixels are refused before decoding.
+    pub max_pixels: u64,
 }
 
 impl Config {
@@ -133,6 +138,7 @@ impl Config {
             concurrency,
             lease,
             max_attempts,
+            max_pixels: positive(ENV_MAX_PIXELS, get(ENV_MAX_PIXELS), DEFAULT_MAX_PIXELS)?,
             deadline_margin: seconds(
                 ENV_DEADLINE_MARGIN_SECS,
                 get(ENV_DEADLINE_MARGIN_SECS),
@@ -294,6 +300,7 @@ mod tests {
         assert_eq!(c.recipes[0].recipe.step, "probe");
         assert_eq!(c.lease, LeasePolicy::default());
         assert_eq!(c.max_attempts, 3);
+        assert_eq!(c.max_pixels, 100_000_000);
         assert_eq!(c.deadline_margin, Duration::from_secs(5));
     }
 

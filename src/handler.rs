@@ -587,6 +587,7 @@ async fn run_step(
         recipe: &rule.recipe,
         input,
         deadline_ms: invocation.deadline_ms,
+        max_pixels: app.config.max_pixels,
     };
     AssertUnwindSafe(step.run(&context, outputs))
         .catch_unwind()

@@ -69,6 +69,15 @@ impl JobInput {
             .map_err(|e| StepError::Input(e.to_string()))
     }
 
+    /// Reads the whole input into memory (for decoders that need it all).
+    pub async fn read_all(&self) -> Result<Vec<u8>, StepError> {
+        let body = self.stream().await?;
+        body.collect()
+            .await
+            .map(|data| data.into_bytes().to_vec())
+            .map_err(|e| StepError::Input(e.to_string()))
+    }
+
     /// Copies the input to a local file (for tools that need a seekable
     /// file), returning its size.
     pub async fn spool_to(&self, path: &Path) -> Result<u64, StepError> {
@@ -268,6 +277,9 @@ pub struct StepContext<'a> {
     /// The invocation deadline in epoch milliseconds, inside Lambda. A step
     /// that runs long must stop before it (the job fails and is retried).
     pub deadline_ms: Option<u64>,
+    /// Images declaring more pixels are refused before decoding
+    /// (`MEDIAONCE_MAX_PIXELS`).
+    pub max_pixels: u64,
 }
 
 /// A unit of work a recipe can name.
@@ -307,6 +319,7 @@ impl StepRegistry {
     pub fn builtin() -> Self {
         let mut registry = StepRegistry::default();
         registry.register(Arc::new(crate::steps::probe::Probe));
+        registry.register(Arc::new(crate::steps::thumbnail::Thumbnail));
         registry
     }
 
@@ -346,6 +359,6 @@ mod tests {
 
     #[test]
     fn registry_has_probe() {
-        assert_eq!(StepRegistry::builtin().names(), vec!["probe"]);
+        assert_eq!(StepRegistry::builtin().names(), vec!["probe", "thumbnail"]);
     }
 }

@@ -1,3 +1,4 @@
 //! The built-in steps.
 
 pub mod probe;
+pub mod thumbnail;

@@ -1,0 +1,666 @@
+//! `thumbnail`: resized copies of an image, deterministic to the byte.
+//!
+//! Decodes JPEG, PNG, WebP, GIF (the first frame) and TIFF with the `image`
+//! crate (zune-jpeg for JPEG), honours EXIF orientation, checks the declared
+//! dimensions against `MEDIAONCE_MAX_PIXELS` before decoding a pixel (a
+//! decompression bomb fails the job, and counts towards the attempts cap),
+//! resizes with `fast_image_resize` (SIMD convolution, Lanczos3, alpha
+//! premultiplied), and encodes JPEG (`image`), PNG (`image`) or lossy WebP
+//! (libwebp through the `webp` crate; `image` only writes lossless WebP).
+//!
+//! Params:
+//! - `widths`: target widths, e.g. `[320, 1280]`, aspect ratio kept; or
+//!   `width` and `height` with `fit`: `contain` (inside the box) or `cover`
+//!   (fills the box, centre-cropped);
+//! - `format`: `jpeg` (default), `png` or `webp`; `quality`: 1 to 100 for
+//!   jpeg and webp (default 82);
+//! - `upscale`: false by default: an image smaller than the target keeps its
+//!   size.
+//!
+//! Outputs are named by the requested width: `thumb-<width>.<jpg|png|webp>`,
+//! so a reader knows the paths from the recipe alone.
+
+use std::io::Cursor;
+
+use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
+use image::{DynamicImage, ImageDecoder, ImageReader};
+use serde_json::{Map, Value};
+
+use crate::step::{JobOutputs, Step, StepContext, StepError};
+
+/// Inputs larger than this are refused before reading (bytes).
+pub const MAX_INPUT_BYTES: u64 = 512 * 1024 * 1024;
+
+pub struct Thumbnail;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Jpeg,
+    Png,
+    Webp,
+}
+
+impl Format {
+    fn extension(self) -> &'static str {
+        match self {
+            Format::Jpeg => "jpg",
+            Format::Png => "png",
+            Format::Webp => "webp",
+        }
+    }
+
+    fn content_type(self) -> &'static str {
+        match self {
+            Format::Jpeg => "image/jpeg",
+            Format::Png => "image/png",
+            Format::Webp => "image/webp",
+        }
+    }
+
+    fn has_alpha(self) -> bool {
+        !matches!(self, Format::Jpeg)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit {
+    Contain,
+    Cover,
+}
+
+/// What to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Widths(Vec<u32>),
+    Box { width: u32, height: u32, fit: Fit },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThumbnailParams {
+    pub target: Target,
+    pub format: Format,
+    pub quality: u8,
+    pub upscale: bool,
+}
+
+fn positive_u32(params: &Map<String, Value>, name: &str) -> Result<Option<u32>, String> {
+    match params.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .filter(|n| (1..=65_535).contains(n))
+            .map(|n| Some(n as u32))
+            .ok_or_else(|| format!("{name} must be an integer from 1 to 65535, got {v}")),
+    }
+}
+
+impl ThumbnailParams {
+    /// Reads and checks the params, naming the one that is wrong. Pure.
+    pub fn parse(params: &Map<String, Value>) -> Result<Self, String> {
+        if let Some(unknown) = params.keys().find(|k| {
+            !matches!(
+                k.as_str(),
+                "widths" | "width" | "height" | "fit" | "format" | "quality" | "upscale"
+            )
+        }) {
+            return Err(format!(
+                "unknown param {unknown:?} (expected widths, or width/height/fit; format, quality, upscale)"
+            ));
+        }
+        let target = match (
+            params.get("widths"),
+            positive_u32(params, "width")?,
+            positive_u32(params, "height")?,
+        ) {
+            (Some(widths), None, None) => {
+                let list = widths
+                    .as_array()
+                    .filter(|a| !a.is_empty())
+                    .ok_or("widths must be a non-empty array")?;
+                let widths = list
+                    .iter()
+                    .map(|w| {
+                        w.as_u64()
+                            .filter(|n| (1..=65_535).contains(n))
+                            .map(|n| n as u32)
+                    })
+                    .collect::<Option<Vec<u32>>>()
+                    .ok_or_else(|| {
+                        format!("widths must hold integers from 1 to 65535, got {widths}")
+                    })?;
+                let mut unique = widths.clone();
+                unique.sort_unstable();
+                unique.dedup();
+                if unique.len() != widths.len() {
+                    return Err(format!("widths must not repeat, got {widths:?}"));
+                }
+                Target::Widths(widths)
+            }
+            (None, Some(width), Some(height)) => {
+                let fit = match params.get("fit").map(|f| f.as_str()) {
+                    None | Some(Some("contain")) => Fit::Contain,
+                    Some(Some("cover")) => Fit::Cover,
+                    Some(_) => {
+                        return Err(format!(
+                            "fit must be \"contain\" or \"cover\", got {}",
+                            params["fit"]
+                        ))
+                    }
+                };
+                Target::Box { width, height, fit }
+            }
+            (Some(_), _, _) => return Err("give widths, or width and height, not both".into()),
+            _ => return Err("give widths (e.g. [320, 1280]), or width and height".into()),
+        };
+        if params.contains_key("fit") && matches!(target, Target::Widths(_)) {
+            return Err("fit goes with width and height, not widths".into());
+        }
+        let format = match params.get("format").map(|f| f.as_str()) {
+            None | Some(Some("jpeg")) => Format::Jpeg,
+            Some(Some("png")) => Format::Png,
+            Some(Some("webp")) => Format::Webp,
+            Some(_) => {
+                return Err(format!(
+                    "format must be \"jpeg\", \"png\" or \"webp\", got {}",
+                    params["format"]
+                ))
+            }
+        };
+        let quality = match params.get("quality") {
+            None => 82,
+            Some(q) => q
+                .as_u64()
+                .filter(|n| (1..=100).contains(n))
+                .map(|n| n as u8)
+                .ok_or_else(|| format!("quality must be an integer from 1 to 100, got {q}"))?,
+        };
+        if params.contains_key("quality") && format == Format::Png {
+            return Err("quality applies to jpeg and webp, not png".into());
+        }
+        let upscale = match params.get("upscale") {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => return Err(format!("upscale must be true or false, got {other}")),
+        };
+        Ok(ThumbnailParams {
+            target,
+            format,
+            quality,
+            upscale,
+        })
+    }
+}
+
+/// One output to make: its name's width, its pixel size, and the source
+/// rectangle (left, top, width, height) it is resized from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Plan {
+    pub name_width: u32,
+    pub width: u32,
+    pub height: u32,
+    pub crop: (f64, f64, f64, f64),
+}
+
+fn scaled(length: u32, scale: f64) -> u32 {
+    ((length as f64 * scale).round() as u32).max(1)
+}
+
+/// The outputs for a source of `src_w` × `src_h`. Pure.
+pub fn plan(src_w: u32, src_h: u32, params: &ThumbnailParams) -> Vec<Plan> {
+    let whole = (0.0, 0.0, src_w as f64, src_h as f64);
+    let cap = |scale: f64| {
+        if params.upscale {
+            scale
+        } else {
+            scale.min(1.0)
+        }
+    };
+    match &params.target {
+        Target::Widths(widths) => widths
+            .iter()
+            .map(|&w| {
+                let scale = cap(w as f64 / src_w as f64);
+                Plan {
+                    name_width: w,
+                    width: scaled(src_w, scale),
+                    height: scaled(src_h, scale),
+                    crop: whole,
+                }
+            })
+            .collect(),
+        Target::Box { width, height, fit } => {
+            let (bw, bh) = (*width as f64, *height as f64);
+            let (sw, sh) = (src_w as f64, src_h as f64);
+            let plan = match fit {
+                Fit::Contain => {
+                    let scale = cap((bw / sw).min(bh / sh));
+                    Plan {
+                        name_width: *width,
+                        width: scaled(src_w, scale),
+                        height: scaled(src_h, scale),
+                        crop: whole,
+                    }
+                }
+                Fit::Cover => {
+                    let scale = cap((bw / sw).max(bh / sh));
+                    // The box in source pixels, centred, no larger than the source.
+                    let (cw, ch) = ((bw / scale).min(sw), (bh / scale).min(sh));
+                    Plan {
+                        name_width: *width,
+                        width: ((cw * scale).round() as u32).max(1),
+                        height: ((ch * scale).round() as u32).max(1),
+                        crop: ((sw - cw) / 2.0, (sh - ch) / 2.0, cw, ch),
+                    }
+                }
+            };
+            vec![plan]
+        }
+    }
+}
+
+/// Decodes an image, refusing one whose declared size is over `max_pixels`
+/// before decoding it, and turns it upright by its EXIF orientation.
+pub fn decode(bytes: &[u8], max_pixels: u64) -> Result<DynamicImage, StepError> {
+    let undecodable = |e: image::ImageError| StepError::Failed(format!("undecodable image: {e}"));
+    let reader = ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| StepError::Failed(format!("undecodable image: {e}")))?;
+    if reader.format().is_none() {
+        return Err(StepError::Failed(
+            "undecodable image: not JPEG, PNG, WebP, GIF or TIFF".into(),
+        ));
+    }
+    let mut decoder = reader.into_decoder().map_err(undecodable)?;
+    let (width, height) = decoder.dimensions();
+    let pixels = width as u64 * height as u64;
+    if pixels > max_pixels {
+        return Err(StepError::Failed(format!(
+            "image declares {width}x{height} = {pixels} pixels, over MEDIAONCE_MAX_PIXELS = {max_pixels}: refused before decoding"
+        )));
+    }
+    let orientation = decoder.orientation().map_err(undecodable)?;
+    let mut image = DynamicImage::from_decoder(decoder).map_err(undecodable)?;
+    image.apply_orientation(orientation);
+    Ok(image)
+}
+
+/// Resizes to one plan, keeping alpha when the format has it (JPEG gets the
+/// image over white).
+pub fn render(
+    image: &DynamicImage,
+    plan: &Plan,
+    format: Format,
+) -> Result<DynamicImage, StepError> {
+    let source = if format.has_alpha() && image.color().has_alpha() {
+        DynamicImage::ImageRgba8(image.to_rgba8())
+    } else if image.color().has_alpha() {
+        DynamicImage::ImageRgb8(over_white(image))
+    } else {
+        DynamicImage::ImageRgb8(image.to_rgb8())
+    };
+    let mut target = DynamicImage::new(plan.width, plan.height, source.color());
+    let (left, top, width, height) = plan.crop;
+    let options = ResizeOptions::new()
+        .resize_alg(ResizeAlg::Convolution(FilterType::Lanczos3))
+        .crop(left, top, width, height);
+    Resizer::new()
+        .resize(&source, &mut target, &options)
+        .map_err(|e| StepError::Failed(format!("resizing failed: {e}")))?;
+    Ok(target)
+}
+
+fn over_white(image: &DynamicImage) -> image::RgbImage {
+    let rgba = image.to_rgba8();
+    image::RgbImage::from_fn(rgba.width(), rgba.height(), |x, y| {
+        let [r, g, b, a] = rgba.get_pixel(x, y).0;
+        let blend = |c: u8| ((c as u32 * a as u32 + 255 * (255 - a as u32) + 127) / 255) as u8;
+        image::Rgb([blend(r), blend(g), blend(b)])
+    })
+}
+
+/// Encodes deterministically.
+pub fn encode(image: &DynamicImage, format: Format, quality: u8) -> Result<Vec<u8>, StepError> {
+    let failed = |e: image::ImageError| StepError::Failed(format!("encoding failed: {e}"));
+    let mut out = Vec::new();
+    match format {
+        Format::Jpeg => {
+            let encoder = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, quality);
+            image
+                .to_rgb8()
+                .write_with_encoder(encoder)
+                .map_err(failed)?;
+        }
+        Format::Png => {
+            let encoder = image::codecs::png::PngEncoder::new(&mut out);
+            image.write_with_encoder(encoder).map_err(failed)?;
+        }
+        Format::Webp => {
+            let (w, h) = (image.width(), image.height());
+            let memory = match image {
+                DynamicImage::ImageRgba8(rgba) => {
+                    webp::Encoder::from_rgba(rgba.as_raw(), w, h).encode(quality as f32)
+                }
+                other => {
+                    webp::Encoder::from_rgb(other.to_rgb8().as_raw(), w, h).encode(quality as f32)
+                }
+            };
+            out.extend_from_slice(&memory);
+        }
+    }
+    Ok(out)
+}
+
+#[async_trait::async_trait]
+impl Step for Thumbnail {
+    fn name(&self) -> &'static str {
+        "thumbnail"
+    }
+
+    fn check_params(&self, params: &Map<String, Value>) -> Result<(), String> {
+        ThumbnailParams::parse(params).map(|_| ())
+    }
+
+    async fn run(
+        &self,
+        context: &StepContext<'_>,
+        outputs: &mut JobOutputs,
+    ) -> Result<(), StepError> {
+        let params = ThumbnailParams::parse(&context.recipe.params).map_err(|problem| {
+            StepError::InvalidParams {
+                step: "thumbnail".into(),
+                problem,
+            }
+        })?;
+        let input = context.input;
+        if input.head.size > MAX_INPUT_BYTES {
+            return Err(StepError::Failed(format!(
+                "the image is {} bytes, over the {MAX_INPUT_BYTES} this step reads",
+                input.head.size
+            )));
+        }
+        let bytes = input.read_all().await?;
+        let (max_pixels, format) = (context.max_pixels, params.format);
+        // Decoding and resizing are CPU work: off the async runtime's threads.
+        let rendered =
+            tokio::task::spawn_blocking(move || -> Result<Vec<(u32, Vec<u8>)>, StepError> {
+                let image = decode(&bytes, max_pixels)?;
+                plan(image.width(), image.height(), &params)
+                    .iter()
+                    .map(|p| {
+                        Ok((
+                            p.name_width,
+                            encode(&render(&image, p, format)?, format, params.quality)?,
+                        ))
+                    })
+                    .collect()
+            })
+            .await
+            .map_err(|e| StepError::Failed(format!("thumbnail task failed: {e}")))??;
+        for (name_width, bytes) in rendered {
+            let name = format!("thumb-{name_width}.{}", format.extension());
+            outputs
+                .put_bytes(&name, format.content_type(), bytes)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use image::{ImageEncoder, Rgba, RgbaImage};
+    use serde_json::json;
+
+    /// Red, green, blue and white corners, so orientation shows.
+    fn corners(w: u32, h: u32, alpha: u8) -> RgbaImage {
+        RgbaImage::from_fn(w, h, |x, y| match (x < w / 2, y < h / 2) {
+            (true, true) => Rgba([255, 0, 0, alpha]),
+            (false, true) => Rgba([0, 255, 0, alpha]),
+            (true, false) => Rgba([0, 0, 255, alpha]),
+            (false, false) => Rgba([255, 255, 255, alpha]),
+        })
+    }
+
+    fn encoded(image: &RgbaImage, format: image::ImageFormat) -> Vec<u8> {
+        let mut out = Cursor::new(Vec::new());
+        let dynamic = if format == image::ImageFormat::Jpeg {
+            DynamicImage::ImageRgb8(DynamicImage::ImageRgba8(image.clone()).to_rgb8())
+        } else {
+            DynamicImage::ImageRgba8(image.clone())
+        };
+        dynamic.write_to(&mut out, format).unwrap();
+        out.into_inner()
+    }
+
+    /// A JPEG with an EXIF APP1 segment holding only Orientation.
+    fn jpeg_with_orientation(image: &RgbaImage, orientation: u16) -> Vec<u8> {
+        let jpeg = encoded(image, image::ImageFormat::Jpeg);
+        let mut tiff = b"MM\0\x2a\0\0\0\x08\0\x01\x01\x12\0\x03\0\0\0\x01".to_vec();
+        tiff.extend_from_slice(&orientation.to_be_bytes());
+        tiff.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+        let mut app1 = b"Exif\0\0".to_vec();
+        app1.extend_from_slice(&tiff);
+        let mut out = jpeg[..2].to_vec();
+        out.extend_from_slice(&[0xFF, 0xE1]);
+        out.extend_from_slice(&((app1.len() + 2) as u16).to_be_bytes());
+        out.extend_from_slice(&app1);
+        out.extend_from_slice(&jpeg[2..]);
+        out
+    }
+
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in bytes {
+            crc ^= b as u32;
+            for _ in 0..8 {
+                crc = if crc & 1 != 0 {
+                    (crc >> 1) ^ 0xEDB8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        !crc
+    }
+
+    fn chunk(png: &mut Vec<u8>, kind: &[u8], data: &[u8]) {
+        let mut body = kind.to_vec();
+        body.extend_from_slice(data);
+        png.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        png.extend_from_slice(&body);
+        png.extend_from_slice(&crc32(&body).to_be_bytes());
+    }
+
+    /// A PNG that declares `w` × `h` and holds almost nothing.
+    fn png_bomb(w: u32, h: u32) -> Vec<u8> {
+        let mut ihdr = w.to_be_bytes().to_vec();
+        ihdr.extend_from_slice(&h.to_be_bytes());
+        ihdr.extend_from_slice(&[8, 6, 0, 0, 0]);
+        let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+        chunk(&mut png, b"IHDR", &ihdr);
+        // An empty stored zlib stream: a few bytes for 400 megapixels.
+        chunk(
+            &mut png,
+            b"IDAT",
+            &[
+                0x78, 0x01, 0x01, 0x00, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x01,
+            ],
+        );
+        chunk(&mut png, b"IEND", &[]);
+        png
+    }
+
+    fn params(value: Value) -> ThumbnailParams {
+        ThumbnailParams::parse(value.as_object().unwrap()).unwrap()
+    }
+
+    fn dominant(pixel: Rgba<u8>) -> usize {
+        let [r, g, b, _] = pixel.0;
+        if r > 200 && g > 200 && b > 200 {
+            3
+        } else {
+            [r, g, b]
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, c)| **c)
+                .unwrap()
+                .0
+        }
+    }
+
+    #[test]
+    fn every_input_format_decodes() {
+        let image = corners(40, 30, 255);
+        let mut gif = Vec::new();
+        {
+            let mut encoder = image::codecs::gif::GifEncoder::new(&mut gif);
+            encoder
+                .encode_frame(image::Frame::new(image.clone()))
+                .unwrap();
+            encoder
+                .encode_frame(image::Frame::new(corners(40, 30, 255)))
+                .unwrap();
+        }
+        let mut webp = Vec::new();
+        image::codecs::webp::WebPEncoder::new_lossless(&mut webp)
+            .write_image(image.as_raw(), 40, 30, image::ExtendedColorType::Rgba8)
+            .unwrap();
+        let inputs = [
+            ("jpeg", encoded(&image, image::ImageFormat::Jpeg)),
+            ("png", encoded(&image, image::ImageFormat::Png)),
+            ("tiff", encoded(&image, image::ImageFormat::Tiff)),
+            ("webp", webp),
+            ("gif, first frame", gif),
+        ];
+        for (name, bytes) in inputs {
+            let decoded = decode(&bytes, 1_000_000).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!((decoded.width(), decoded.height()), (40, 30), "{name}");
+            assert_eq!(
+                dominant(decoded.to_rgba8().get_pixel(2, 2).to_owned()),
+                0,
+                "{name}: red top-left"
+            );
+        }
+    }
+
+    #[test]
+    fn exif_orientation_is_honoured() {
+        let image = corners(40, 20, 255);
+        // 6: the camera was turned; the image is shown rotated 90° clockwise.
+        let upright = decode(&jpeg_with_orientation(&image, 6), 1_000_000).unwrap();
+        assert_eq!((upright.width(), upright.height()), (20, 40));
+        let rgba = upright.to_rgba8();
+        assert_eq!(
+            dominant(*rgba.get_pixel(2, 2)),
+            2,
+            "blue (was bottom-left) is top-left"
+        );
+        assert_eq!(
+            dominant(*rgba.get_pixel(17, 2)),
+            0,
+            "red (was top-left) is top-right"
+        );
+        // 1: as stored.
+        let as_is = decode(&jpeg_with_orientation(&image, 1), 1_000_000).unwrap();
+        assert_eq!((as_is.width(), as_is.height()), (40, 20));
+    }
+
+    #[test]
+    fn a_bomb_is_refused_before_decoding_and_junk_is_undecodable() {
+        let err = decode(&png_bomb(20_000, 20_000), 100_000_000)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("400000000 pixels") && err.contains("MEDIAONCE_MAX_PIXELS"),
+            "{err}"
+        );
+        let err = decode(b"certainly not an image", 100)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("undecodable image"), "{err}");
+        let truncated = &encoded(&corners(40, 30, 255), image::ImageFormat::Png)[..60];
+        assert!(decode(truncated, 1_000_000)
+            .unwrap_err()
+            .to_string()
+            .starts_with("undecodable image"));
+    }
+
+    #[test]
+    fn plans_keep_the_aspect_ratio_and_never_upscale_unless_asked() {
+        let widths = params(json!({"widths": [320, 1280, 4000]}));
+        let sizes: Vec<(u32, u32, u32)> = plan(2000, 1000, &widths)
+            .iter()
+            .map(|p| (p.name_width, p.width, p.height))
+            .collect();
+        assert_eq!(
+            sizes,
+            [(320, 320, 160), (1280, 1280, 640), (4000, 2000, 1000)]
+        );
+        let up = params(json!({"widths": [4000], "upscale": true}));
+        assert_eq!(
+            (
+                plan(2000, 1000, &up)[0].width,
+                plan(2000, 1000, &up)[0].height
+            ),
+            (4000, 2000)
+        );
+        assert_eq!(plan(1, 1, &widths)[0].width, 1, "1x1 stays 1x1");
+
+        let contain = params(json!({"width": 300, "height": 300, "fit": "contain"}));
+        let p = plan(2000, 1000, &contain)[0];
+        assert_eq!((p.width, p.height), (300, 150));
+        let cover = params(json!({"width": 300, "height": 300, "fit": "cover"}));
+        let p = plan(2000, 1000, &cover)[0];
+        assert_eq!((p.width, p.height), (300, 300));
+        assert_eq!(p.crop, (500.0, 0.0, 1000.0, 1000.0), "centre square");
+    }
+
+    #[test]
+    fn outputs_are_deterministic_and_keep_alpha_where_the_format_has_it() {
+        let image = DynamicImage::ImageRgba8(corners(64, 48, 128));
+        let p = plan(64, 48, &params(json!({"widths": [32]})))[0];
+        for format in [Format::Jpeg, Format::Png, Format::Webp] {
+            let once = encode(&render(&image, &p, format).unwrap(), format, 80).unwrap();
+            let twice = encode(&render(&image, &p, format).unwrap(), format, 80).unwrap();
+            assert_eq!(once, twice, "{format:?} is deterministic");
+            let back = image::load_from_memory(&once).unwrap();
+            assert_eq!((back.width(), back.height()), (32, 24), "{format:?}");
+            assert_eq!(back.color().has_alpha(), format.has_alpha(), "{format:?}");
+        }
+        // JPEG has no alpha: half-transparent red over white is pink.
+        let jpeg = image::load_from_memory(
+            &encode(&render(&image, &p, Format::Jpeg).unwrap(), Format::Jpeg, 95).unwrap(),
+        )
+        .unwrap()
+        .to_rgb8();
+        let [r, g, b] = jpeg.get_pixel(2, 2).0;
+        assert!(
+            r > 240 && (100..160).contains(&g) && (100..160).contains(&b),
+            "{r} {g} {b}"
+        );
+    }
+
+    #[test]
+    fn params_are_checked_by_name() {
+        let err = |v: Value| ThumbnailParams::parse(v.as_object().unwrap()).unwrap_err();
+        assert!(err(json!({})).contains("give widths"));
+        assert!(err(json!({"widths": []})).contains("non-empty"));
+        assert!(err(json!({"widths": [0]})).contains("1 to 65535"));
+        assert!(err(json!({"widths": [320, 320]})).contains("not repeat"));
+        assert!(err(json!({"widths": [320], "width": 10, "height": 10})).contains("not both"));
+        assert!(err(json!({"width": 10})).contains("give widths"));
+        assert!(err(json!({"width": 10, "height": 10, "fit": "stretch"})).contains("fit must be"));
+        assert!(err(json!({"widths": [320], "fit": "cover"})).contains("fit goes with"));
+        assert!(err(json!({"widths": [320], "format": "gif"})).contains("format must be"));
+        assert!(err(json!({"widths": [320], "quality": 101})).contains("quality must be"));
+        assert!(err(json!({"widths": [320], "format": "png", "quality": 80})).contains("not png"));
+        assert!(err(json!({"widths": [320], "upscale": "yes"})).contains("upscale must be"));
+        assert!(err(json!({"widths": [320], "sharpen": 1})).contains("unknown param"));
+        let ok = params(json!({"widths": [320], "format": "webp", "quality": 70, "upscale": true}));
+        assert_eq!(
+            (ok.format, ok.quality, ok.upscale),
+            (Format::Webp, 70, true)
+        );
+    }
+}

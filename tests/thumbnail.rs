@@ -1,0 +1,70 @@
+//! The thumbnail step end to end on the emulators.
+
+mod common;
+
+use std::io::Cursor;
+
+use common::{Options, Pipeline};
+use mediaonce::handler::Outcome;
+use mediaonce::step::Manifest;
+
+fn png(width: u32, height: u32) -> Vec<u8> {
+    let image = image::RgbaImage::from_fn(width, height, |x, y| {
+        image::Rgba([(x * 4) as u8, (y * 5) as u8, 90, 255])
+    });
+    let mut out = Cursor::new(Vec::new());
+    image.write_to(&mut out, image::ImageFormat::Png).unwrap();
+    out.into_inner()
+}
+
+#[tokio::test]
+async fn thumbnails_land_in_the_job_prefix_listed_in_the_manifest() {
+    let p = Pipeline::new(Options {
+        recipes: Some(
+            r#"[{"step":"thumbnail","version":1,"params":{"widths":[16,32],"format":"webp","quality":75}}]"#.into(),
+        ),
+        ..Options::default()
+    })
+    .await;
+    p.put("photos/a.png", &png(64, 48), true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!(job.outcome, Outcome::Ran, "{job:?}");
+    let key = &job.job_key;
+    let manifest: Manifest =
+        serde_json::from_slice(&p.output(&format!("derived/{key}/_manifest.json")).await).unwrap();
+    let names: Vec<&str> = manifest.outputs.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(names, ["thumb-16.webp", "thumb-32.webp"]);
+    for (name, size) in [("thumb-16.webp", (16, 12)), ("thumb-32.webp", (32, 24))] {
+        let bytes = p.output(&format!("derived/{key}/{name}")).await;
+        let decoded =
+            image::load_from_memory_with_format(&bytes, image::ImageFormat::WebP).unwrap();
+        assert_eq!((decoded.width(), decoded.height()), size, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_bomb_fails_its_job_with_a_clear_error() {
+    let p = Pipeline::new(Options {
+        recipes: Some(r#"[{"step":"thumbnail","version":1,"params":{"widths":[320]}}]"#.into()),
+        vars: vec![("MEDIAONCE_MAX_PIXELS", "1000".into())],
+        ..Options::default()
+    })
+    .await;
+    p.put("big.png", &png(40, 30), true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!(job.outcome, Outcome::Failed);
+    assert!(
+        job.reason
+            .as_deref()
+            .unwrap()
+            .contains("over MEDIAONCE_MAX_PIXELS = 1000"),
+        "{job:?}"
+    );
+    assert_eq!(report.response().batch_item_failures.len(), 1);
+    assert!(p
+        .output_keys(&format!("derived/{}/", job.job_key))
+        .await
+        .is_empty());
+}
