@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Thumbnails of a 12-megapixel JPEG to 320 px and 1280 px wide: mediaonce's
+# thumbnail code (examples/thumbnail.rs, release build) against libvips'
+# vipsthumbnail and ImageMagick's convert -thumbnail, on the same file in the
+# same run. Wall time is the median of RUNS runs; peak memory is the largest
+# maximum resident set size seen. Ratios are mediaonce / other: below 1 is
+# mediaonce faster or smaller.
+#
+#   bench/thumbnail.sh            RUNS=7 by default
+#
+# Installs libvips-tools, imagemagick and GNU time from Debian when missing
+# (ImageMagick is run as /usr/bin/convert: some machines put another convert
+# earlier on PATH).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${RUNS:-7}
+work=${BENCH_DIR:-target/bench-thumbnail}
+mkdir -p "$work"
+
+need=()
+command -v vipsthumbnail >/dev/null || need+=(libvips-tools)
+[ -x /usr/bin/convert ] || need+=(imagemagick)
+[ -x /usr/bin/time ] || need+=(time)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+cargo build --release --example thumbnail >&2
+ours=target/release/examples/thumbnail
+
+# A 12-megapixel photo-like JPEG, the same every run.
+input=$work/input-12mp.jpg
+if [ ! -f "$input" ]; then
+  /usr/bin/convert -size 4000x3000 -seed 42 plasma:fractal -blur 0x1 -quality 90 "$input"
+fi
+echo "input: $input ($(/usr/bin/identify -format '%wx%h' "$input"), $(stat -c %s "$input") bytes); $runs runs each"
+
+# measure NAME COMMAND...: prints "median_seconds peak_kib".
+measure() {
+  local times=() peak=0 line t m
+  for _ in $(seq "$runs"); do
+    line=$( { /usr/bin/time -f '%e %M' "$@" >/dev/null 2>/dev/null; } 2>&1 | tail -n 1)
+    t=${line% *}; m=${line#* }
+    times+=("$t")
+    [ "$m" -gt "$peak" ] && peak=$m
+  done
+  printf '%s %s\n' "$(printf '%s\n' "${times[@]}" | sort -n | sed -n "$(( (runs + 1) / 2 ))p")" "$peak"
+}
+
+printf '\n%-6s %-14s %10s %12s\n' width tool "median s" "peak MiB"
+for width in 320 1280; do
+  read -r t_ours m_ours < <(measure "$ours" "$input" "$width" "$work/ours-$width.jpg" jpeg 82)
+  read -r t_vips m_vips < <(measure vipsthumbnail "$input" -s "${width}x" -o "$PWD/$work/vips-$width.jpg[Q=82]")
+  read -r t_im m_im < <(measure /usr/bin/convert "$input" -thumbnail "${width}x" -quality 82 "$work/im-$width.jpg")
+  for row in "mediaonce $t_ours $m_ours" "vipsthumbnail $t_vips $m_vips" "imagemagick $t_im $m_im"; do
+    set -- $row
+    printf '%-6s %-14s %10s %12.1f\n' "$width" "$1" "$2" "$(echo "$3 / 1024" | bc -l)"
+  done
+  printf '%-6s time  mediaonce/vips %.2f  mediaonce/imagemagick %.2f\n' "$width" \
+    "$(echo "$t_ours / $t_vips" | bc -l)" "$(echo "$t_ours / $t_im" | bc -l)"
+  printf '%-6s peak  mediaonce/vips %.2f  mediaonce/imagemagick %.2f\n' "$width" \
+    "$(echo "$m_ours / $m_vips" | bc -l)" "$(echo "$m_ours / $m_im" | bc -l)"
+done
