@@ -37,10 +37,10 @@ echo "input: $input ($(/usr/bin/identify -format '%wx%h' "$input"), $(stat -c %s
 
 # measure NAME COMMAND...: prints "median_seconds peak_kib".
 measure() {
-  local times=() peak=0 line t m
+  local times=() peak=0 t m
   for _ in $(seq "$runs"); do
-    line=$( { /usr/bin/time -f '%e %M' "$@" >/dev/null 2>/dev/null; } 2>&1 | tail -n 1)
-    t=${line% *}; m=${line#* }
+    /usr/bin/time -f '%e %M' -o "$work/time.txt" "$@" >/dev/null 2>&1
+    read -r t m < "$work/time.txt"
     times+=("$t")
     [ "$m" -gt "$peak" ] && peak=$m
   done
