@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 
 use mediaonce::config::DEFAULT_MAX_PIXELS;
-use mediaonce::steps::thumbnail::{decode, encode, plan, render, ThumbnailParams};
+use mediaonce::steps::thumbnail::{decode_for, encode, render, ThumbnailParams};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -29,10 +29,11 @@ fn main() -> ExitCode {
     };
     let result = std::fs::read(input)
         .map_err(|e| format!("cannot read {input}: {e}"))
-        .and_then(|bytes| decode(&bytes, DEFAULT_MAX_PIXELS).map_err(|e| e.to_string()))
-        .and_then(|image| {
-            let target = plan(image.width(), image.height(), &params)[0];
-            let resized = render(&image, &target, params.format).map_err(|e| e.to_string())?;
+        .and_then(|bytes| {
+            decode_for(&bytes, DEFAULT_MAX_PIXELS, &params).map_err(|e| e.to_string())
+        })
+        .and_then(|(image, plans)| {
+            let resized = render(&image, &plans[0], params.format).map_err(|e| e.to_string())?;
             encode(&resized, params.format, params.quality).map_err(|e| e.to_string())
         })
         .and_then(|bytes| {

@@ -1,7 +1,8 @@
 //! `thumbnail`: resized copies of an image, deterministic to the byte.
 //!
 //! Decodes JPEG, PNG, WebP, GIF (the first frame) and TIFF with the `image`
-//! crate (zune-jpeg for JPEG), honours EXIF orientation, checks the declared
+//! crate (zune-jpeg for JPEG; a JPEG much larger than its outputs is decoded
+//! at reduced scale by `jpeg-decoder`), honours EXIF orientation, checks the declared
 //! dimensions against `MEDIAONCE_MAX_PIXELS` before decoding a pixel (a
 //! decompression bomb fails the job, and counts towards the attempts cap),
 //! resizes with `fast_image_resize` (SIMD convolution, Lanczos3, alpha
@@ -23,6 +24,7 @@
 use std::io::Cursor;
 
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
+use image::metadata::Orientation;
 use image::{DynamicImage, ImageDecoder, ImageReader};
 use serde_json::{Map, Value};
 
@@ -272,16 +274,128 @@ pub fn decode(bytes: &[u8], max_pixels: u64) -> Result<DynamicImage, StepError> 
     }
     let mut decoder = reader.into_decoder().map_err(undecodable)?;
     let (width, height) = decoder.dimensions();
+    check_pixels(width, height, max_pixels)?;
+    let orientation = decoder.orientation().map_err(undecodable)?;
+    let mut image = DynamicImage::from_decoder(decoder).map_err(undecodable)?;
+    image.apply_orientation(orientation);
+    Ok(image)
+}
+
+/// Whether an orientation turns the image a quarter (width and height swap).
+fn swaps_axes(orientation: Orientation) -> bool {
+    matches!(
+        orientation,
+        Orientation::Rotate90
+            | Orientation::Rotate270
+            | Orientation::Rotate90FlipH
+            | Orientation::Rotate270FlipH
+    )
+}
+
+/// Decodes an image for the outputs `params` asks for, and returns it with
+/// their plans (crops in the decoded image's pixels). A JPEG whose outputs
+/// are at most half its size is decoded at 1/2, 1/4 or 1/8 scale through its
+/// DCT (libvips' shrink-on-load): less work, less memory. Anything else, or
+/// a JPEG that cannot be scaled (CMYK, 16-bit), is decoded in full.
+pub fn decode_for(
+    bytes: &[u8],
+    max_pixels: u64,
+    params: &ThumbnailParams,
+) -> Result<(DynamicImage, Vec<Plan>), StepError> {
+    let undecodable = |e: image::ImageError| StepError::Failed(format!("undecodable image: {e}"));
+    let reader = ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| StepError::Failed(format!("undecodable image: {e}")))?;
+    let format = reader.format();
+    let mut header = reader.into_decoder().map_err(undecodable)?;
+    let (stored_w, stored_h) = header.dimensions();
+    check_pixels(stored_w, stored_h, max_pixels)?;
+    let orientation = header.orientation().map_err(undecodable)?;
+    drop(header);
+    let (w, h) = if swaps_axes(orientation) {
+        (stored_h, stored_w)
+    } else {
+        (stored_w, stored_h)
+    };
+    let plans = plan(w, h, params);
+    if format == Some(image::ImageFormat::Jpeg) {
+        // The smallest decoded size that still gives every output its pixels.
+        let need =
+            |out: u32, crop: f64, whole: u32| ((out as f64) * whole as f64 / crop).ceil() as u32;
+        let need_w = plans
+            .iter()
+            .map(|p| need(p.width, p.crop.2, w))
+            .max()
+            .unwrap_or(w);
+        let need_h = plans
+            .iter()
+            .map(|p| need(p.height, p.crop.3, h))
+            .max()
+            .unwrap_or(h);
+        let (need_w, need_h) = if swaps_axes(orientation) {
+            (need_h, need_w)
+        } else {
+            (need_w, need_h)
+        };
+        if need_w.saturating_mul(2) <= stored_w && need_h.saturating_mul(2) <= stored_h {
+            if let Some(mut image) = decode_jpeg_scaled(bytes, need_w, need_h)? {
+                image.apply_orientation(orientation);
+                let factor = image.width() as f64 / w as f64;
+                let plans = plans
+                    .into_iter()
+                    .map(|p| {
+                        let (x, y, cw, ch) = p.crop;
+                        Plan {
+                            crop: (x * factor, y * factor, cw * factor, ch * factor),
+                            ..p
+                        }
+                    })
+                    .collect();
+                return Ok((image, plans));
+            }
+        }
+    }
+    Ok((decode(bytes, max_pixels)?, plans))
+}
+
+/// A JPEG decoded through its DCT at the smallest scale (1/8, 1/4, 1/2)
+/// that is at least `need_w` × `need_h`; `None` when it cannot be.
+fn decode_jpeg_scaled(
+    bytes: &[u8],
+    need_w: u32,
+    need_h: u32,
+) -> Result<Option<DynamicImage>, StepError> {
+    let failed = |e: jpeg_decoder::Error| StepError::Failed(format!("undecodable image: {e}"));
+    let mut decoder = jpeg_decoder::Decoder::new(Cursor::new(bytes));
+    let clamp = |n: u32| n.clamp(1, u16::MAX as u32) as u16;
+    let (w, h) = decoder
+        .scale(clamp(need_w), clamp(need_h))
+        .map_err(failed)?;
+    let (w, h) = (w as u32, h as u32);
+    if w < need_w || h < need_h {
+        return Ok(None);
+    }
+    let pixels = decoder.decode().map_err(failed)?;
+    let format = decoder.info().map(|info| info.pixel_format);
+    Ok(match format {
+        Some(jpeg_decoder::PixelFormat::RGB24) => {
+            image::RgbImage::from_raw(w, h, pixels).map(DynamicImage::ImageRgb8)
+        }
+        Some(jpeg_decoder::PixelFormat::L8) => {
+            image::GrayImage::from_raw(w, h, pixels).map(DynamicImage::ImageLuma8)
+        }
+        _ => None,
+    })
+}
+
+fn check_pixels(width: u32, height: u32, max_pixels: u64) -> Result<(), StepError> {
     let pixels = width as u64 * height as u64;
     if pixels > max_pixels {
         return Err(StepError::Failed(format!(
             "image declares {width}x{height} = {pixels} pixels, over MEDIAONCE_MAX_PIXELS = {max_pixels}: refused before decoding"
         )));
     }
-    let orientation = decoder.orientation().map_err(undecodable)?;
-    let mut image = DynamicImage::from_decoder(decoder).map_err(undecodable)?;
-    image.apply_orientation(orientation);
-    Ok(image)
+    Ok(())
 }
 
 /// Resizes to one plan, keeping alpha when the format has it (JPEG gets the
@@ -564,6 +678,43 @@ mod tests {
         // 1: as stored.
         let as_is = decode(&jpeg_with_orientation(&image, 1), 1_000_000).unwrap();
         assert_eq!((as_is.width(), as_is.height()), (40, 20));
+    }
+
+    #[test]
+    fn a_jpeg_shrinks_on_load_upright_and_close_to_a_full_decode() {
+        let jpeg = jpeg_with_orientation(&corners(400, 300, 255), 6);
+        let params = params(json!({"widths": [40]}));
+        let (small, plans) = decode_for(&jpeg, 1_000_000, &params).unwrap();
+        // 1/4 scale: 100x75 stored, 75x100 upright; not the full 300x400.
+        assert_eq!((small.width(), small.height()), (75, 100));
+        assert_eq!((plans[0].width, plans[0].height), (40, 53));
+        let shrunk = render(&small, &plans[0], Format::Png).unwrap().to_rgb8();
+
+        let full = decode(&jpeg, 1_000_000).unwrap();
+        let full_plan = plan(full.width(), full.height(), &params)[0];
+        let reference = render(&full, &full_plan, Format::Png).unwrap().to_rgb8();
+        assert_eq!(shrunk.dimensions(), reference.dimensions());
+        let diff: u64 = shrunk
+            .as_raw()
+            .iter()
+            .zip(reference.as_raw())
+            .map(|(a, b)| a.abs_diff(*b) as u64)
+            .sum();
+        let mean = diff as f64 / shrunk.as_raw().len() as f64;
+        assert!(mean < 6.0, "mean difference {mean}");
+        let [r, g, b] = shrunk.get_pixel(2, 2).0;
+        assert_eq!(dominant(Rgba([r, g, b, 255])), 2, "blue top-left: upright");
+
+        // Targets near the source size decode in full.
+        let (whole, _) = decode_for(
+            &jpeg,
+            1_000_000,
+            &ThumbnailParams::parse(json!({"widths": [200]}).as_object().unwrap()).unwrap(),
+        )
+        .unwrap();
+        assert_eq!((whole.width(), whole.height()), (300, 400));
+        // The bomb check comes first on this path too.
+        assert!(decode_for(&png_bomb(20_000, 20_000), 100_000_000, &params).is_err());
     }
 
     #[test]
