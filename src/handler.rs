@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use crate::config::{Config, ConfigError, RecipeRule};
 use crate::event::{parse_body, EventKind, Notification, S3Record};
 use crate::fifo::lanes;
-use crate::fingerprint::{fingerprint, replaced_since_event, ObjectHead};
+use crate::fingerprint::{fingerprint, replaced_since_event, Fingerprint, ObjectHead};
 use crate::key::job_key;
 use crate::lease::{Clock, SystemClock};
 use crate::ledger::{Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger, LedgerError};
@@ -439,15 +439,16 @@ async fn process_record(
         }
     };
 
+    let fingerprint = fingerprint(&head);
     let mut reports = Vec::with_capacity(rules.len());
     for rule in rules {
-        let job_key = job_key(&fingerprint(&head).input_hash, &rule.recipe_hash);
+        let job_key = job_key(&fingerprint.input_hash, &rule.recipe_hash);
         let cell = batch.cell(&job_key);
         let mut ran_here = false;
         let report = cell
             .get_or_init(|| async {
                 ran_here = true;
-                run_job(app, invocation, rule, &job_key, &head).await
+                run_job(app, invocation, rule, &job_key, &head, &fingerprint).await
             })
             .await;
         let report = if ran_here {
@@ -498,9 +499,9 @@ async fn run_job(
     rule: &RecipeRule,
     job_key: &str,
     head: &ObjectHead,
+    fingerprint: &Fingerprint,
 ) -> JobReport {
     let started = Instant::now();
-    let fingerprint = fingerprint(head);
     let output_bucket = app.config.output_bucket_for(&head.bucket).to_string();
     let prefix = app.config.job_prefix(job_key);
     let now = app.now_ms();
@@ -550,7 +551,7 @@ async fn run_job(
         Ok(ClaimOutcome::Run(claim)) => claim,
     };
 
-    let input = JobInput::new(app.store.clone(), head.clone(), fingerprint);
+    let input = JobInput::new(app.store.clone(), head.clone(), fingerprint.clone());
     let mut outputs = JobOutputs::new(app.store.clone(), output_bucket, prefix);
     let result = run_step(app, invocation, rule, job_key, &input, &mut outputs).await;
     let (outcome, reason) = match &result {

@@ -44,13 +44,7 @@ async fn seed(
         error: error.map(str::to_string),
         updated_at_ms: now_ms() - 1_000,
     };
-    p.dynamodb
-        .put_item()
-        .table_name(&p.table)
-        .set_item(Some(row.to_item()))
-        .send()
-        .await
-        .expect("seed row");
+    p.seed_row(&row).await;
     row
 }
 
@@ -249,13 +243,7 @@ async fn a_job_that_failed_max_attempts_times_is_poisoned_until_retried() {
     let (p, message, key) = one_upload().await;
     let mut seeded = seed(&p, &key, JobStatus::Failed, 0, Some("decoder exploded")).await;
     seeded.attempts = 3;
-    p.dynamodb
-        .put_item()
-        .table_name(&p.table)
-        .set_item(Some(seeded.to_item()))
-        .send()
-        .await
-        .unwrap();
+    p.seed_row(&seeded).await;
 
     let calls_before = p.ledger_calls.get();
     let report = p.handle(vec![message.clone()]).await;

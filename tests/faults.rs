@@ -119,13 +119,7 @@ async fn a_5xx_on_takeover_comes_back_then_takes_over() {
         error: None,
         updated_at_ms: now_ms() - 100_000,
     };
-    p.dynamodb
-        .put_item()
-        .table_name(&p.table)
-        .set_item(Some(dead.to_item()))
-        .send()
-        .await
-        .unwrap();
+    p.seed_row(&dead).await;
     let faults = Arc::new(FaultPlan::new());
     faults.fail(
         Call::TakeOver,

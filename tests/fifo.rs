@@ -4,7 +4,7 @@
 mod common;
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use common::{failed_ids, lambda_message, receive_from, unique, Options, Pipeline};
+use common::{failed_ids, lambda_message, queue_arn, receive_from, unique, Options, Pipeline};
 use mediaonce::handler::Outcome;
 
 #[tokio::test]
@@ -38,17 +38,7 @@ async fn a_failure_holds_back_the_rest_of_its_group_only() {
         .unwrap()
         .queue_url
         .unwrap();
-    let fifo_arn = p
-        .sqs
-        .get_queue_attributes()
-        .queue_url(&fifo_url)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap()[&QueueAttributeName::QueueArn]
-        .clone();
+    let fifo_arn = queue_arn(&p.sqs, &fifo_url).await;
     let sends = [
         ("a", "{\"not\": \"an S3 notification\"}".to_string()),
         ("a", body_of("a1.bin")),

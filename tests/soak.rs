@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, QueueAttributeName, SendMessageBatchRequestEntry,
 };
-use common::{failed_ids, handle_before, lambda_message, receive_from, unique, Options, Pipeline};
+use common::{
+    failed_ids, handle_before, lambda_message, queue_arn, receive_from, unique, Options, Pipeline,
+};
 use mediaonce::config::{ENV_DEADLINE_MARGIN_SECS, ENV_LEASE_MARGIN_SECS};
 use mediaonce::faults::{Call, FaultPlan};
 use mediaonce::handler::{BatchReport, Outcome};
@@ -86,22 +88,8 @@ async fn queue_with_dlq(p: &Pipeline) -> (String, String, String) {
             request.send().await.unwrap().queue_url.unwrap()
         }
     };
-    let arn_of = |url: String| {
-        let sqs = p.sqs.clone();
-        async move {
-            sqs.get_queue_attributes()
-                .queue_url(url)
-                .attribute_names(QueueAttributeName::QueueArn)
-                .send()
-                .await
-                .unwrap()
-                .attributes
-                .unwrap()[&QueueAttributeName::QueueArn]
-                .clone()
-        }
-    };
     let dlq = create(unique("dlq"), vec![]).await;
-    let dlq_arn = arn_of(dlq.clone()).await;
+    let dlq_arn = queue_arn(&p.sqs, &dlq).await;
     let redrive =
         serde_json::json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": MAX_RECEIVES})
             .to_string();
@@ -116,7 +104,7 @@ async fn queue_with_dlq(p: &Pipeline) -> (String, String, String) {
         ],
     )
     .await;
-    let work_arn = arn_of(work.clone()).await;
+    let work_arn = queue_arn(&p.sqs, &work).await;
     (work, work_arn, dlq)
 }
 

@@ -291,16 +291,7 @@ impl Pipeline {
             .expect("create queue")
             .queue_url
             .expect("queue url");
-        let queue_arn = sqs
-            .get_queue_attributes()
-            .queue_url(&queue_url)
-            .attribute_names(QueueAttributeName::QueueArn)
-            .send()
-            .await
-            .expect("queue attributes")
-            .attributes
-            .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
-            .expect("queue arn");
+        let queue_arn = queue_arn(&sqs, &queue_url).await;
         s3.put_bucket_notification_configuration()
             .bucket(&bucket)
             .notification_configuration(
@@ -476,6 +467,17 @@ impl Pipeline {
         handle_with(self.app.clone(), messages).await
     }
 
+    /// Writes a row unconditionally, as another worker would have left it.
+    pub async fn seed_row(&self, row: &JobRow) {
+        self.dynamodb
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(row.to_item()))
+            .send()
+            .await
+            .expect("seed row");
+    }
+
     pub async fn row(&self, job_key: &str) -> Option<JobRow> {
         Ledger::dynamodb(self.dynamodb.clone(), self.table.clone())
             .get(job_key)
@@ -516,6 +518,19 @@ impl Pipeline {
         keys.sort();
         keys
     }
+}
+
+/// The ARN of a queue.
+pub async fn queue_arn(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> String {
+    sqs.get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("queue attributes")
+        .attributes
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+        .expect("queue arn")
 }
 
 /// One long-poll of a queue (1 s): up to 10 messages, with their system
