@@ -6,6 +6,7 @@
 //! - [`event`]: SQS bodies carrying S3 notifications;
 //! - [`fifo`]: order within FIFO message groups;
 //! - [`fingerprint`]: the input hash of an object version;
+//! - [`bmff`]: what an MP4/MOV holds, from its `moov` box alone;
 //! - [`lease`]: how long a claim lasts;
 //! - [`config`]: configuration from the environment;
 //! - [`ledger`]: the claim ledger (DynamoDB, in memory, failure-injecting);
@@ -19,6 +20,7 @@
 //! DESIGN.md says what is guaranteed and what breaks it.
 
 pub mod aws;
+pub mod bmff;
 pub mod config;
 pub mod event;
 pub mod faults;

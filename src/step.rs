@@ -69,6 +69,14 @@ impl JobInput {
             .map_err(|e| StepError::Input(e.to_string()))
     }
 
+    /// Reads `range` of the input (end exclusive, within its size).
+    pub async fn read_range(&self, range: std::ops::Range<u64>) -> Result<Vec<u8>, StepError> {
+        self.store
+            .get_range(&self.object(), range)
+            .await
+            .map_err(|e| StepError::Input(e.to_string()))
+    }
+
     /// Reads the whole input into memory (for decoders that need it all).
     pub async fn read_all(&self) -> Result<Vec<u8>, StepError> {
         let body = self.stream().await?;
@@ -97,6 +105,16 @@ impl JobInput {
             .await
             .map_err(|e| StepError::Input(format!("writing {}: {e}", path.display())))?;
         Ok(size)
+    }
+}
+
+/// Ranged reads of the input, for parsers that jump (ISO BMFF's `moov`).
+#[async_trait::async_trait]
+impl crate::bmff::RangeSource for JobInput {
+    async fn read_range(&self, range: std::ops::Range<u64>) -> Result<Vec<u8>, String> {
+        JobInput::read_range(self, range)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 

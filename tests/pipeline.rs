@@ -282,6 +282,8 @@ async fn a_key_with_spaces_and_plus_is_decoded() {
 async fn without_a_sha256_checksum_the_key_comes_from_version_and_etag() {
     let p = Pipeline::new(Options {
         versioned: true,
+        // verify: probe hashes the bytes it read, so the report shows which.
+        recipes: Some(r#"[{"step":"probe","version":1,"params":{"verify":true}}]"#.into()),
         ..Options::default()
     })
     .await;
@@ -302,6 +304,7 @@ async fn without_a_sha256_checksum_the_key_comes_from_version_and_etag() {
         // Each job read exactly the version its event named.
         assert_eq!(probe["version_id"], version.as_str());
         assert_eq!(probe["sha256"], sha256_hex(bytes));
+        assert_eq!(probe["sha256_source"], "computed");
     }
 }
 

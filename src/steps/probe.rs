@@ -1,32 +1,71 @@
-//! `probe`: what an object is. Streams it once, never holding it whole:
-//! its size and SHA-256, its media type from magic bytes, and an image's
-//! width and height. Writes `probe.json`.
+//! `probe`: what an object is, from as few bytes as it takes. One ranged
+//! GET of its first 256 KiB gives its media type (magic bytes) and an
+//! image's width and height; an MP4/MOV/M4A is then read box by box
+//! ([`crate::bmff`]): the brand, duration and every track from `moov`,
+//! wherever it sits, never the media data. Writes `probe.json`.
+//!
+//! The SHA-256 in the report is S3's full-object checksum when the upload
+//! carried one. With `{"verify": true}` probe streams the whole object once
+//! instead, reports the hash of the bytes it read, and fails with an
+//! integrity error when they differ from S3's checksum.
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::bmff::{self, MovieInfo};
 use crate::fingerprint::{Fingerprint, FingerprintSource, ObjectHead};
-use crate::step::{JobOutputs, Step, StepContext, StepError};
-
-/// How much of the object's start is kept for sniffing: JPEG dimensions sit
-/// after the EXIF block, which may be up to 64 KiB, and then some.
-const SNIFF_BYTES: usize = 256 * 1024;
+use crate::step::{JobInput, JobOutputs, Step, StepContext, StepError};
+/// How much of the object's start is read for sniffing: JPEG dimensions sit
+/// after the EXIF block, which may be up to 64 KiB, and then some; a
+/// faststart MP4's `moov` often fits too.
+pub const SNIFF_BYTES: u64 = 256 * 1024;
 
 pub struct Probe;
 
 /// The content of `probe.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProbeReport {
     pub bucket: String,
     pub key: String,
     pub version_id: Option<String>,
     pub size: u64,
-    pub sha256: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256_source: Option<Sha256Source>,
     pub content_type: String,
+    /// An image's size, or a movie's first video track's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub width: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub height: Option<u64>,
+    /// Brand, duration and tracks of an MP4/MOV/M4A.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub movie: Option<MovieInfo>,
+}
+
+impl ProbeReport {
+    fn new(
+        head: &ObjectHead,
+        size: u64,
+        sha256: Option<String>,
+        sha256_source: Option<Sha256Source>,
+        sniffed: Sniffed,
+        movie: Option<MovieInfo>,
+    ) -> Self {
+        ProbeReport {
+            bucket: head.bucket.clone(),
+            key: head.key.clone(),
+            version_id: head.version_id.clone(),
+            size,
+            sha256,
+            sha256_source,
+            content_type: sniffed.content_type,
+            width: sniffed.dimensions.map(|d| d.0),
+            height: sniffed.dimensions.map(|d| d.1),
+            movie,
+        }
+    }
 }
 
 /// The media type and image dimensions of an object, from its first bytes.
@@ -54,32 +93,23 @@ pub fn sniff(start: &[u8]) -> Sniffed {
     }
 }
 
-/// What probe learns from the bytes as they stream past. Pure: fed chunks,
-/// it keeps the running SHA-256, the size and the first bytes for sniffing.
+/// The hash of a stream, for `verify`. Pure: fed chunks, it keeps the
+/// running SHA-256 and the size.
 #[derive(Default)]
 pub struct ProbeReader {
     hasher: Sha256,
     size: u64,
-    start: Vec<u8>,
 }
 
 impl ProbeReader {
     pub fn feed(&mut self, chunk: &[u8]) {
         self.hasher.update(chunk);
         self.size += chunk.len() as u64;
-        if self.start.len() < SNIFF_BYTES {
-            let take = (SNIFF_BYTES - self.start.len()).min(chunk.len());
-            self.start.extend_from_slice(&chunk[..take]);
-        }
     }
 
-    /// The report, or an integrity error when the input hash is S3's
-    /// SHA-256 of the bytes and the bytes read hash to something else.
-    pub fn finish(
-        self,
-        head: &ObjectHead,
-        fingerprint: &Fingerprint,
-    ) -> Result<ProbeReport, StepError> {
+    /// The SHA-256 of the bytes fed, or an integrity error when the input
+    /// hash is S3's SHA-256 of the bytes and they hash to something else.
+    pub fn verify(self, fingerprint: &Fingerprint) -> Result<String, StepError> {
         let sha256 = hex::encode(self.hasher.finalize());
         if fingerprint.source == FingerprintSource::Sha256Checksum
             && sha256 != fingerprint.input_hash
@@ -89,18 +119,40 @@ impl ProbeReader {
                 actual: sha256,
             });
         }
-        let sniffed = sniff(&self.start);
-        Ok(ProbeReport {
-            bucket: head.bucket.clone(),
-            key: head.key.clone(),
-            version_id: head.version_id.clone(),
-            size: self.size,
-            sha256,
-            content_type: sniffed.content_type,
-            width: sniffed.dimensions.map(|d| d.0),
-            height: sniffed.dimensions.map(|d| d.1),
-        })
+        Ok(sha256)
     }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// Probe's params.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeParams {
+    /// Stream the whole object and hash it (default: only S3's checksum).
+    #[serde(default)]
+    pub verify: bool,
+}
+
+impl ProbeParams {
+    pub fn from_params(
+        params: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Self, String> {
+        serde_json::from_value(serde_json::Value::Object(params.clone()))
+            .map_err(|e| format!("probe params: {e}"))
+    }
+}
+
+/// Where the report's `sha256` came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sha256Source {
+    /// S3's full-object `x-amz-checksum-sha256`, not recomputed.
+    S3Checksum,
+    /// Computed from every byte (`verify`), and equal to S3's if it had one.
+    Computed,
 }
 
 #[async_trait::async_trait]
@@ -113,10 +165,7 @@ impl Step for Probe {
         &self,
         params: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<(), String> {
-        match params.keys().next() {
-            Some(unknown) => Err(format!("probe takes no params, got {unknown:?}")),
-            None => Ok(()),
-        }
+        ProbeParams::from_params(params).map(|_| ())
     }
 
     async fn run(
@@ -124,13 +173,13 @@ impl Step for Probe {
         context: &StepContext<'_>,
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
-        let input = context.input;
-        let mut body = input.stream().await?;
-        let mut reader = ProbeReader::default();
-        while let Some(chunk) = body.next().await {
-            reader.feed(&chunk.map_err(|e| StepError::Input(e.to_string()))?);
-        }
-        let report = reader.finish(&input.head, &input.fingerprint)?;
+        let params = ProbeParams::from_params(&context.recipe.params).map_err(|problem| {
+            StepError::InvalidParams {
+                step: "probe".into(),
+                problem,
+            }
+        })?;
+        let report = probe(context.input, params).await?;
         let mut json =
             serde_json::to_vec_pretty(&report).map_err(|e| StepError::Failed(e.to_string()))?;
         json.push(b'\n');
@@ -138,6 +187,64 @@ impl Step for Probe {
             .put_bytes("probe.json", "application/json", json)
             .await
     }
+}
+
+/// Probes one input: a ranged read of its start, the movie boxes if it is
+/// one, and the whole object only when `verify` asks for it.
+pub async fn probe(input: &JobInput, params: ProbeParams) -> Result<ProbeReport, StepError> {
+    let size = input.head.size;
+    let start = input.read_range(0..size.min(SNIFF_BYTES)).await?;
+    let mut sniffed = sniff(&start);
+    let movie = if bmff::looks_like_movie(&start) {
+        let boxes = bmff::locate_movie(input, size, &start)
+            .await
+            .map_err(|e| StepError::Failed(format!("unreadable MP4/MOV: {e}")))?;
+        let movie = bmff::parse_movie(boxes.ftyp.as_deref(), &boxes.moov, boxes.fragments)
+            .map_err(|e| StepError::Failed(format!("unreadable MP4/MOV: {e}")))?;
+        if sniffed.content_type == "application/octet-stream" {
+            // A QuickTime file from before `ftyp` existed.
+            sniffed.content_type = "video/quicktime".into();
+        }
+        if let Some(video) = movie.video() {
+            sniffed.dimensions = video
+                .width
+                .zip(video.height)
+                .map(|(w, h)| (w as u64, h as u64));
+        }
+        Some(movie)
+    } else {
+        None
+    };
+    let (sha256, sha256_source) = if params.verify {
+        let mut body = input.stream().await?;
+        let mut reader = ProbeReader::default();
+        while let Some(chunk) = body.next().await {
+            reader.feed(&chunk.map_err(|e| StepError::Input(e.to_string()))?);
+        }
+        if reader.size() != size {
+            return Err(StepError::Input(format!(
+                "read {} bytes, but HeadObject said {size}",
+                reader.size()
+            )));
+        }
+        let computed = reader.verify(&input.fingerprint)?;
+        (Some(computed), Some(Sha256Source::Computed))
+    } else if input.fingerprint.source == FingerprintSource::Sha256Checksum {
+        (
+            Some(input.fingerprint.input_hash.clone()),
+            Some(Sha256Source::S3Checksum),
+        )
+    } else {
+        (None, None)
+    };
+    Ok(ProbeReport::new(
+        &input.head,
+        size,
+        sha256,
+        sha256_source,
+        sniffed,
+        movie,
+    ))
 }
 
 #[cfg(test)]
@@ -161,26 +268,17 @@ mod tests {
     }
 
     #[test]
-    fn the_reader_reports_what_streamed_past_in_chunks() {
+    fn the_reader_hashes_what_streamed_past_in_chunks() {
         let bytes = png(640, 480);
         let mut reader = ProbeReader::default();
         for chunk in bytes.chunks(3) {
             reader.feed(chunk);
         }
-        let head = ObjectHead {
-            bucket: "in".into(),
-            key: "a.png".into(),
-            ..Default::default()
-        };
-        let report = reader
-            .finish(
-                &head,
-                &fingerprint_of(&bytes, FingerprintSource::Sha256Checksum),
-            )
+        assert_eq!(reader.size(), bytes.len() as u64);
+        let sha256 = reader
+            .verify(&fingerprint_of(&bytes, FingerprintSource::Sha256Checksum))
             .unwrap();
-        assert_eq!(report.size, bytes.len() as u64);
-        assert_eq!(report.sha256, crate::key::sha256_hex(&bytes));
-        assert_eq!((report.width, report.height), (Some(640), Some(480)));
+        assert_eq!(sha256, crate::key::sha256_hex(&bytes));
     }
 
     #[test]
@@ -188,10 +286,10 @@ mod tests {
         let mut reader = ProbeReader::default();
         reader.feed(b"what S3 gave us");
         let err = reader
-            .finish(
-                &ObjectHead::default(),
-                &fingerprint_of(b"what S3 promised", FingerprintSource::Sha256Checksum),
-            )
+            .verify(&fingerprint_of(
+                b"what S3 promised",
+                FingerprintSource::Sha256Checksum,
+            ))
             .unwrap_err();
         assert!(matches!(err, StepError::Integrity { .. }), "{err}");
         assert!(err.to_string().starts_with("integrity error"));
@@ -199,21 +297,23 @@ mod tests {
         let mut reader = ProbeReader::default();
         reader.feed(b"what S3 gave us");
         assert!(reader
-            .finish(
-                &ObjectHead::default(),
-                &fingerprint_of(b"other", FingerprintSource::VersionEtag)
-            )
+            .verify(&fingerprint_of(b"other", FingerprintSource::VersionEtag))
             .is_ok());
     }
 
     #[test]
-    fn only_the_start_is_kept() {
-        let mut reader = ProbeReader::default();
-        for _ in 0..10 {
-            reader.feed(&vec![0u8; 100_000]);
-        }
-        assert_eq!(reader.start.len(), SNIFF_BYTES);
-        assert_eq!(reader.size, 1_000_000);
+    fn params_are_verify_or_nothing() {
+        let params = |v: serde_json::Value| v.as_object().unwrap().clone();
+        assert_eq!(
+            ProbeParams::from_params(&params(serde_json::json!({}))),
+            Ok(ProbeParams { verify: false })
+        );
+        assert_eq!(
+            ProbeParams::from_params(&params(serde_json::json!({"verify": true}))),
+            Ok(ProbeParams { verify: true })
+        );
+        let err = ProbeParams::from_params(&params(serde_json::json!({"deep": 1}))).unwrap_err();
+        assert!(err.contains("unknown field `deep`"), "{err}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! An object client that fails the calls a [`FaultPlan`] names (SlowDown,
 //! 5xx after the SDK's retries), and passes the others to the client it wraps.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use aws_sdk_s3::primitives::ByteStream;
@@ -44,6 +45,20 @@ impl ObjectClient for FaultyObjects {
             });
         }
         self.inner.get_object(object).await
+    }
+
+    async fn get_object_range(
+        &self,
+        object: &ObjectRef,
+        range: Range<u64>,
+    ) -> Result<Vec<u8>, GetError> {
+        if let Some(message) = self.plan.check(Call::GetObject, &object.key) {
+            return Err(GetError {
+                object: object.to_string(),
+                message,
+            });
+        }
+        self.inner.get_object_range(object, range).await
     }
 
     async fn put_object(

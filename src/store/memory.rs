@@ -3,6 +3,7 @@
 //! checksum for objects inserted with one).
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_s3::primitives::ByteStream;
@@ -104,6 +105,29 @@ impl ObjectClient for Arc<InMemoryObjects> {
             object: object.to_string(),
             message: "NoSuchKey".into(),
         })
+    }
+
+    async fn get_object_range(
+        &self,
+        object: &ObjectRef,
+        range: Range<u64>,
+    ) -> Result<Vec<u8>, GetError> {
+        let objects = self.objects();
+        let stored = objects
+            .get(&(object.bucket.clone(), object.key.clone()))
+            .filter(|_| object.version_id.is_none())
+            .ok_or_else(|| GetError {
+                object: object.to_string(),
+                message: "NoSuchKey".into(),
+            })?;
+        stored
+            .bytes
+            .get(range.start as usize..range.end as usize)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| GetError {
+                object: object.to_string(),
+                message: format!("InvalidRange: {range:?} of {} bytes", stored.bytes.len()),
+            })
     }
 
     async fn put_object(

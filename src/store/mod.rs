@@ -4,6 +4,7 @@
 //! objects in a map (unit tests), and [`faults::FaultyObjects`] injects
 //! failures into any client.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use aws_sdk_s3::primitives::ByteStream;
@@ -65,6 +66,14 @@ pub trait ObjectClient: Send + Sync + std::fmt::Debug {
     /// GetObject: a stream of the version's bytes.
     async fn get_object(&self, object: &ObjectRef) -> Result<ByteStream, GetError>;
 
+    /// GetObject with a `Range` header: the version's bytes in `range`
+    /// (end exclusive, within the object), held in memory.
+    async fn get_object_range(
+        &self,
+        object: &ObjectRef,
+        range: Range<u64>,
+    ) -> Result<Vec<u8>, GetError>;
+
     /// PutObject, replacing any earlier object at the key.
     async fn put_object(
         &self,
@@ -99,6 +108,14 @@ impl ObjectStore {
 
     pub async fn get(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
         self.client.get_object(object).await
+    }
+
+    pub async fn get_range(
+        &self,
+        object: &ObjectRef,
+        range: Range<u64>,
+    ) -> Result<Vec<u8>, GetError> {
+        self.client.get_object_range(object, range).await
     }
 
     pub async fn put(

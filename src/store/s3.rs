@@ -1,5 +1,7 @@
 //! Objects in S3: each [`ObjectClient`] call is one request.
 
+use std::ops::Range;
+
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ChecksumMode;
 use aws_sdk_s3::Client;
@@ -85,6 +87,38 @@ impl ObjectClient for S3Objects {
                 object: object.to_string(),
                 message: describe_error(&err),
             })
+    }
+
+    async fn get_object_range(
+        &self,
+        object: &ObjectRef,
+        range: Range<u64>,
+    ) -> Result<Vec<u8>, GetError> {
+        let error = |message: String| GetError {
+            object: format!("{object} bytes={}-{}", range.start, range.end),
+            message,
+        };
+        if range.is_empty() {
+            return Ok(Vec::new());
+        }
+        let output = self
+            .client
+            .get_object()
+            .bucket(&object.bucket)
+            .key(&object.key)
+            .set_version_id(object.version_id.clone())
+            // HTTP ranges are inclusive at both ends.
+            .range(format!("bytes={}-{}", range.start, range.end - 1))
+            .send()
+            .await
+            .map_err(|err| error(describe_error(&err)))?;
+        let bytes = output
+            .body
+            .collect()
+            .await
+            .map_err(|err| error(err.to_string()))?
+            .into_bytes();
+        Ok(bytes.to_vec())
     }
 
     async fn put_object(

@@ -23,6 +23,7 @@ use aws_sdk_s3::types::{
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use mediaonce::config::{Config, ENV_OUTPUT_BUCKET, ENV_RECIPES, ENV_TABLE};
 use mediaonce::faults::FaultPlan;
+use mediaonce::fingerprint::ObjectHead;
 use mediaonce::handler::{handle_batch, App, BatchReport, Invocation};
 use mediaonce::lease::Clock;
 use mediaonce::ledger::dynamodb::DynamoDbTable;
@@ -33,7 +34,9 @@ use mediaonce::step::{JobOutputs, Step, StepContext, StepError, StepRegistry};
 use mediaonce::steps::probe::Probe;
 use mediaonce::store::faults::FaultyObjects;
 use mediaonce::store::s3::S3Objects;
-use mediaonce::store::ObjectStore;
+use mediaonce::store::{GetError, HeadError, ObjectClient, ObjectRef, ObjectStore, PutError};
+
+pub mod media;
 
 /// Counts DynamoDB calls made through a client (one per operation, not per
 /// retry attempt).
@@ -58,6 +61,60 @@ impl Intercept for CallCounter {
     ) -> Result<(), BoxError> {
         self.0.fetch_add(1, Ordering::SeqCst);
         Ok(())
+    }
+}
+
+/// Counts the object reads a client makes: whole GetObjects, ranged ones,
+/// and the bytes the ranged ones returned.
+#[derive(Debug, Clone)]
+pub struct ReadCounter {
+    inner: Arc<dyn ObjectClient>,
+    pub whole: Arc<AtomicUsize>,
+    pub ranged: Arc<AtomicUsize>,
+    pub ranged_bytes: Arc<AtomicUsize>,
+}
+
+impl ReadCounter {
+    pub fn new(inner: impl ObjectClient + 'static) -> Self {
+        ReadCounter {
+            inner: Arc::new(inner),
+            whole: Default::default(),
+            ranged: Default::default(),
+            ranged_bytes: Default::default(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectClient for ReadCounter {
+    async fn head_object(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError> {
+        self.inner.head_object(object).await
+    }
+
+    async fn get_object(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
+        self.whole.fetch_add(1, Ordering::SeqCst);
+        self.inner.get_object(object).await
+    }
+
+    async fn get_object_range(
+        &self,
+        object: &ObjectRef,
+        range: std::ops::Range<u64>,
+    ) -> Result<Vec<u8>, GetError> {
+        let bytes = self.inner.get_object_range(object, range).await?;
+        self.ranged.fetch_add(1, Ordering::SeqCst);
+        self.ranged_bytes.fetch_add(bytes.len(), Ordering::SeqCst);
+        Ok(bytes)
+    }
+
+    async fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        content_type: &str,
+        body: ByteStream,
+    ) -> Result<(), PutError> {
+        self.inner.put_object(bucket, key, content_type, body).await
     }
 }
 
@@ -222,6 +279,8 @@ pub struct Pipeline {
     pub counted: CountedProbe,
     /// The `gated-probe` step's gate.
     pub gate: GatedProbe,
+    /// The handler's reads of input objects.
+    pub reads: ReadCounter,
     config: Config,
     steps: StepRegistry,
     counted_dynamodb: aws_sdk_dynamodb::Client,
@@ -330,10 +389,11 @@ impl Pipeline {
         let gate = GatedProbe::default();
         steps.register(Arc::new(gate.clone()));
         let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps).expect("config");
+        let reads = ReadCounter::new(S3Objects::new(s3.clone()));
         let app = Arc::new(App::new(
             config.clone(),
             Ledger::dynamodb(counted_dynamodb.clone(), table.clone()),
-            ObjectStore::s3(s3.clone()),
+            ObjectStore::new(reads.clone()),
             Queue::sqs(sqs.clone()),
             steps.clone(),
         ));
@@ -344,6 +404,7 @@ impl Pipeline {
             steps,
             counted_dynamodb,
             gate,
+            reads,
             s3,
             sqs,
             dynamodb,

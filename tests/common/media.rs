@@ -1,0 +1,89 @@
+//! Clips made by Debian's `ffmpeg` from its test sources (`testsrc` for
+//! pictures, `sine` for sound), generated on first use into cargo's
+//! temporary directory for tests and reused after.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The ffmpeg the tests make clips with, and hls-package runs by default.
+pub fn ffmpeg() -> PathBuf {
+    let path = std::env::var_os("MEDIAONCE_FFMPEG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("ffmpeg"));
+    let found = Command::new(&path)
+        .arg("-version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    assert!(
+        found,
+        "these tests need ffmpeg ({}): `apt-get install ffmpeg` (.ci/run does), \
+         or set MEDIAONCE_FFMPEG",
+        path.display()
+    );
+    path
+}
+
+/// A clip described by ffmpeg arguments (inputs, codecs, output options;
+/// not the output file), made once and cached under `name`.
+pub fn clip(name: &str, args: &[&str]) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("clips");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The arguments are part of the file name: change them, get a new clip.
+    let tag = &mediaonce::key::sha256_hex(args.join(" ").as_bytes())[..12];
+    let path = dir.join(format!("{tag}-{name}"));
+    if path.exists() {
+        return path;
+    }
+    // Tests run in parallel: write aside, then rename into place.
+    let partial = dir.join(format!(
+        ".{tag}-{}-{name}",
+        std::process::id() as u64 * 1000 + fastrand::u64(..1000)
+    ));
+    let out = Command::new(ffmpeg())
+        .args(["-hide_banner", "-loglevel", "error", "-nostdin", "-y"])
+        .args(args)
+        .arg(&partial)
+        .output()
+        .expect("run ffmpeg");
+    assert!(
+        out.status.success(),
+        "ffmpeg {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::rename(&partial, &path).unwrap();
+    path
+}
+
+/// Picture and sound: `seconds` of testsrc at `size` and `rate` fps with a
+/// 48 kHz sine, H.264 + AAC.
+pub fn av_args(size: &str, rate: u32, seconds: u32) -> Vec<String> {
+    vec![
+        "-f".into(),
+        "lavfi".into(),
+        "-i".into(),
+        format!("testsrc=size={size}:rate={rate}:duration={seconds}"),
+        "-f".into(),
+        "lavfi".into(),
+        "-i".into(),
+        format!("sine=frequency=440:sample_rate=48000:duration={seconds}"),
+        "-c:v".into(),
+        "libx264".into(),
+        "-pix_fmt".into(),
+        "yuv420p".into(),
+        "-preset".into(),
+        "ultrafast".into(),
+        "-c:a".into(),
+        "aac".into(),
+        "-b:a".into(),
+        "96k".into(),
+    ]
+}
+
+/// A clip of picture and sound, with extra output options (`-movflags
+/// +faststart`, `-f mov`).
+pub fn av_clip(name: &str, size: &str, rate: u32, seconds: u32, extra: &[&str]) -> PathBuf {
+    let mut args = av_args(size, rate, seconds);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    clip(name, &args)
+}
