@@ -9,7 +9,7 @@ EMULATORS := scripts/emulators.sh
 # The SDK reaches the emulators only through the standard AWS_* variables.
 WITH_EMULATORS = eval "$$($(EMULATORS) env)" &&
 
-.PHONY: test demo lint lambda emulators emulators-stop clean-emulators
+.PHONY: test demo lint lambda media-tools emulators emulators-stop clean-emulators
 
 ## test: start the emulators (if they are not up) and run every test; the
 ## chaos soak (SOAK_UPLOADS, default 500) runs last and prints its counts
@@ -33,6 +33,15 @@ lint:
 lambda:
 	$(EMULATORS) install
 	PATH="$$($(EMULATORS) bin):$$PATH" cargo lambda build --release --arm64 --bin bootstrap
+
+## media-tools: Debian's ffmpeg (and ffprobe), which the hls-package step
+## runs and the tests make their clips with
+media-tools:
+	@command -v ffmpeg >/dev/null && command -v ffprobe >/dev/null || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends ffmpeg; }
+	@ffmpeg -hide_banner -version | head -1
 
 emulators:
 	@$(EMULATORS) status || $(EMULATORS) start

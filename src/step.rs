@@ -338,6 +338,7 @@ impl StepRegistry {
         let mut registry = StepRegistry::default();
         registry.register(Arc::new(crate::steps::probe::Probe));
         registry.register(Arc::new(crate::steps::thumbnail::Thumbnail));
+        registry.register(Arc::new(crate::steps::hls::HlsPackage::from_env()));
         registry
     }
 
@@ -377,6 +378,9 @@ mod tests {
 
     #[test]
     fn registry_has_probe() {
-        assert_eq!(StepRegistry::builtin().names(), vec!["probe", "thumbnail"]);
+        assert_eq!(
+            StepRegistry::builtin().names(),
+            vec!["hls-package", "probe", "thumbnail"]
+        );
     }
 }

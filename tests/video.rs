@@ -16,6 +16,8 @@ async fn pipeline(params: &str) -> Pipeline {
         recipes: Some(format!(
             r#"[{{"step":"probe","version":1,"params":{params}}}]"#
         )),
+        // Outputs elsewhere: their notifications must not be received as uploads.
+        separate_output_bucket: true,
         ..Options::default()
     })
     .await

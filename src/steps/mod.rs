@@ -1,4 +1,5 @@
 //! The built-in steps.
 
+pub mod hls;
 pub mod probe;
 pub mod thumbnail;

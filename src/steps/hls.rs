@@ -1,0 +1,790 @@
+//! `hls-package`: an MP4/MOV into an HLS ladder with ffmpeg.
+//!
+//! The input is spooled to local scratch space (checked against the free
+//! space first: ffmpeg seeks, and a `moov` at the end needs the whole file),
+//! its video height read from its `moov` ([`crate::bmff`]), and one ffmpeg
+//! run encodes every rendition of the ladder at or below that height:
+//! H.264 + AAC in MPEG-TS segments, keyframes forced at segment boundaries so
+//! every rendition cuts at the same instants. The outputs are `master.m3u8`
+//! and, per rendition, `<height>p/index.m3u8` and `<height>p/seg-NNNNN.ts`.
+//!
+//! Deterministic: bit-exact flags, no metadata, a fixed encoder thread count
+//! (x264's output depends on it) and fixed names, so a retry writes the same
+//! bytes. ffmpeg is killed before the invocation deadline (the job fails and
+//! is retried) and when the step is dropped; its progress is logged.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+
+use crate::bmff;
+use crate::step::{JobOutputs, Step, StepContext, StepError};
+
+/// The ffmpeg binary; default `ffmpeg` on PATH (`/opt/bin/ffmpeg` from a
+/// Lambda layer).
+pub const ENV_FFMPEG: &str = "MEDIAONCE_FFMPEG";
+
+/// ffmpeg is stopped this long before the invocation deadline, leaving time
+/// to record the failure and answer the batch.
+pub const STOP_BEFORE_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Scratch space kept free beyond the input for ffmpeg's outputs' first
+/// segments and the playlists.
+pub const SCRATCH_RESERVE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// How often progress is logged.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// The x264 presets, fastest first.
+const PRESETS: [&str; 9] = [
+    "ultrafast",
+    "superfast",
+    "veryfast",
+    "faster",
+    "fast",
+    "medium",
+    "slow",
+    "slower",
+    "veryslow",
+];
+
+/// A ladder rung: a target height, written `720`, `"720"` or `"720p"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "Value")]
+pub struct Height(pub u32);
+
+impl TryFrom<Value> for Height {
+    type Error = String;
+
+    fn try_from(value: Value) -> Result<Self, String> {
+        let height = match &value {
+            Value::Number(n) => n.as_u64(),
+            Value::String(s) => s.strip_suffix('p').unwrap_or(s).parse().ok(),
+            _ => None,
+        };
+        match height {
+            Some(h @ 64..=4320) if h % 2 == 0 => Ok(Height(h as u32)),
+            _ => Err(format!(
+                "ladder heights are even numbers from 64 to 4320 (720, \"720\" or \"720p\"), got {value}"
+            )),
+        }
+    }
+}
+
+/// hls-package's params.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HlsParams {
+    /// Target heights, e.g. `["1080","720","360"]`; never upscaled.
+    pub ladder: Vec<Height>,
+    /// Target segment length in seconds.
+    #[serde(default = "default_segment")]
+    pub segment: f64,
+    /// x264 preset.
+    #[serde(default = "default_preset")]
+    pub preset: String,
+    /// x264 constant rate factor (0–51, lower is better).
+    #[serde(default = "default_crf")]
+    pub crf: u32,
+    /// Peak video bitrate per rendition in kbit/s at 1080 lines, scaled by
+    /// height for the others; 0 leaves CRF unconstrained.
+    #[serde(default = "default_max_kbps")]
+    pub max_kbps_1080: u32,
+    /// AAC bitrate in kbit/s (stereo).
+    #[serde(default = "default_audio_kbps")]
+    pub audio_kbps: u32,
+    /// Encoder threads. Fixed rather than the machine's core count because
+    /// x264's output depends on it: the same recipe must give the same bytes
+    /// on every Lambda size.
+    #[serde(default = "default_threads")]
+    pub threads: u32,
+    /// No job starts with less than this left before the invocation deadline.
+    #[serde(default = "default_min_seconds")]
+    pub min_seconds: u64,
+}
+
+fn default_segment() -> f64 {
+    6.0
+}
+fn default_preset() -> String {
+    "veryfast".into()
+}
+fn default_crf() -> u32 {
+    23
+}
+fn default_max_kbps() -> u32 {
+    6000
+}
+fn default_audio_kbps() -> u32 {
+    128
+}
+fn default_threads() -> u32 {
+    2
+}
+fn default_min_seconds() -> u64 {
+    60
+}
+
+impl HlsParams {
+    pub fn from_params(params: &Map<String, Value>) -> Result<Self, String> {
+        let params: HlsParams = serde_json::from_value(Value::Object(params.clone()))
+            .map_err(|e| format!("hls-package params: {e}"))?;
+        params.check()?;
+        Ok(params)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.ladder.is_empty() || self.ladder.len() > 8 {
+            return Err("hls-package params: ladder needs 1 to 8 heights".into());
+        }
+        let mut seen = self.ladder.clone();
+        seen.sort_by_key(|h| h.0);
+        seen.dedup();
+        if seen.len() != self.ladder.len() {
+            return Err("hls-package params: ladder heights must differ".into());
+        }
+        if !(1.0..=60.0).contains(&self.segment) {
+            return Err(format!(
+                "hls-package params: segment is 1 to 60 seconds, got {}",
+                self.segment
+            ));
+        }
+        if !PRESETS.contains(&self.preset.as_str()) {
+            return Err(format!(
+                "hls-package params: preset is one of {}, got {:?}",
+                PRESETS.join(", "),
+                self.preset
+            ));
+        }
+        if self.crf > 51 {
+            return Err(format!(
+                "hls-package params: crf is 0 to 51, got {}",
+                self.crf
+            ));
+        }
+        if !(32..=512).contains(&self.audio_kbps) {
+            return Err(format!(
+                "hls-package params: audio_kbps is 32 to 512, got {}",
+                self.audio_kbps
+            ));
+        }
+        if !(1..=16).contains(&self.threads) {
+            return Err(format!(
+                "hls-package params: threads is 1 to 16, got {}",
+                self.threads
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One rendition of the ladder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendition {
+    pub height: u32,
+    /// Peak video bitrate in kbit/s, if capped.
+    pub max_kbps: Option<u32>,
+}
+
+impl Rendition {
+    /// The rendition's directory in the job's prefix: `720p`.
+    pub fn name(&self) -> String {
+        format!("{}p", self.height)
+    }
+}
+
+/// The renditions for a source `source_height` lines tall (as displayed):
+/// the ladder's heights at or below it, tallest first; a source shorter
+/// than every rung gets one rendition at its own (even) height. Pure.
+pub fn plan_renditions(params: &HlsParams, source_height: u32) -> Vec<Rendition> {
+    let mut heights: Vec<u32> = params
+        .ladder
+        .iter()
+        .map(|h| h.0)
+        .filter(|&h| h <= source_height)
+        .collect();
+    if heights.is_empty() {
+        heights.push((source_height & !1).max(2));
+    }
+    heights.sort_unstable_by(|a, b| b.cmp(a));
+    heights
+        .into_iter()
+        .map(|height| Rendition {
+            height,
+            max_kbps: (params.max_kbps_1080 > 0)
+                .then(|| (params.max_kbps_1080 as u64 * height as u64 / 1080).max(200) as u32),
+        })
+        .collect()
+}
+
+/// ffmpeg's arguments: `input` into `out_dir`, one run for the whole
+/// ladder. Pure.
+pub fn ffmpeg_args(
+    params: &HlsParams,
+    renditions: &[Rendition],
+    with_audio: bool,
+    input: &Path,
+    out_dir: &Path,
+) -> Vec<String> {
+    let n = renditions.len();
+    let mut args: Vec<String> = [
+        "-hide_banner",
+        "-nostdin",
+        "-y",
+        "-loglevel",
+        "error",
+        "-nostats",
+        "-progress",
+        "pipe:1",
+        "-i",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(input.display().to_string());
+
+    let mut graph = format!("[0:v]split={n}");
+    for i in 0..n {
+        graph.push_str(&format!("[s{i}]"));
+    }
+    for (i, rendition) in renditions.iter().enumerate() {
+        // -2: the width that keeps the aspect ratio, rounded to even.
+        graph.push_str(&format!(";[s{i}]scale=-2:{}[v{i}]", rendition.height));
+    }
+    args.extend(["-filter_complex".into(), graph]);
+
+    for (i, rendition) in renditions.iter().enumerate() {
+        args.extend([
+            "-map".into(),
+            format!("[v{i}]"),
+            format!("-c:v:{i}"),
+            "libx264".into(),
+            format!("-crf:v:{i}"),
+            params.crf.to_string(),
+        ]);
+        if let Some(max) = rendition.max_kbps {
+            args.extend([
+                format!("-maxrate:v:{i}"),
+                format!("{max}k"),
+                format!("-bufsize:v:{i}"),
+                format!("{}k", max * 2),
+            ]);
+        }
+    }
+    if with_audio {
+        for i in 0..n {
+            args.extend([
+                "-map".into(),
+                "0:a:0".into(),
+                format!("-c:a:{i}"),
+                "aac".into(),
+                format!("-b:a:{i}"),
+                format!("{}k", params.audio_kbps),
+                format!("-ac:a:{i}"),
+                "2".into(),
+            ]);
+        }
+    }
+    let segment = format_seconds(params.segment);
+    args.extend(
+        [
+            "-preset",
+            &params.preset,
+            "-pix_fmt",
+            "yuv420p",
+            "-profile:v",
+            "high",
+            // Keyframes exactly at segment boundaries, none elsewhere from
+            // scene cuts: renditions switch cleanly at every segment.
+            "-force_key_frames",
+            &format!("expr:gte(t,n_forced*{segment})"),
+            "-sc_threshold",
+            "0",
+            "-threads",
+            &params.threads.to_string(),
+            "-filter_threads",
+            "1",
+            // Same input and recipe, same bytes: no encoder version strings,
+            // no metadata or chapters carried over.
+            "-fflags",
+            "+bitexact",
+            "-flags:v",
+            "+bitexact",
+            "-flags:a",
+            "+bitexact",
+            "-map_metadata",
+            "-1",
+            "-map_chapters",
+            "-1",
+            "-f",
+            "hls",
+            "-hls_time",
+            &segment,
+            "-hls_playlist_type",
+            "vod",
+            "-hls_flags",
+            "independent_segments",
+            "-hls_segment_type",
+            "mpegts",
+            "-hls_segment_filename",
+            &out_dir.join("%v/seg-%05d.ts").display().to_string(),
+            "-master_pl_name",
+            "master.m3u8",
+            "-var_stream_map",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    let map: Vec<String> = renditions
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            if with_audio {
+                format!("v:{i},a:{i},name:{}", r.name())
+            } else {
+                format!("v:{i},name:{}", r.name())
+            }
+        })
+        .collect();
+    args.push(map.join(" "));
+    args.push(out_dir.join("%v/index.m3u8").display().to_string());
+    args
+}
+
+/// Seconds as ffmpeg reads them, without a float's noise: 6, 2.5.
+fn format_seconds(seconds: f64) -> String {
+    let text = format!("{seconds:.3}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// ffmpeg's `-progress` output, a `key=value` line at a time. Pure.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Progress {
+    /// Seconds of output encoded so far.
+    pub encoded: f64,
+    pub speed: Option<f64>,
+    pub finished: bool,
+}
+
+impl Progress {
+    /// Takes one line; true at the end of a block (`progress=…`).
+    pub fn feed(&mut self, line: &str) -> bool {
+        let Some((key, value)) = line.trim().split_once('=') else {
+            return false;
+        };
+        match key {
+            "out_time_us" | "out_time_ms" => {
+                // Both are microseconds (out_time_ms is misnamed).
+                if let Ok(us) = value.parse::<i64>() {
+                    self.encoded = us.max(0) as f64 / 1e6;
+                }
+            }
+            "speed" => self.speed = value.trim_end_matches('x').trim().parse().ok(),
+            "progress" => {
+                self.finished = value == "end";
+                return true;
+            }
+            _ => {}
+        }
+        false
+    }
+}
+
+/// Whether an input of `input_bytes` fits with `free_bytes` free. Pure.
+pub fn check_fits(input_bytes: u64, free_bytes: u64, dir: &Path) -> Result<(), StepError> {
+    let needed = input_bytes.saturating_add(SCRATCH_RESERVE_BYTES);
+    if needed > free_bytes {
+        return Err(StepError::Failed(format!(
+            "the input ({input_bytes} bytes) does not fit in {}: {free_bytes} bytes free, \
+             {needed} needed with the outputs' reserve (raise the function's ephemeral storage)",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Free bytes for an unprivileged writer in the file system holding `dir`.
+pub fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a statvfs the call fills.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stats) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(stats.f_bavail as u64 * stats.f_frsize as u64)
+}
+
+/// The step. `ffmpeg` is run for each job; `scratch` holds its files.
+#[derive(Debug, Clone)]
+pub struct HlsPackage {
+    pub ffmpeg: PathBuf,
+    pub scratch: PathBuf,
+}
+
+impl HlsPackage {
+    /// ffmpeg from `MEDIAONCE_FFMPEG` or PATH; scratch in the system's
+    /// temporary directory (`/tmp` in Lambda, `TMPDIR` if set).
+    pub fn from_env() -> Self {
+        HlsPackage {
+            ffmpeg: std::env::var_os(ENV_FFMPEG)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("ffmpeg")),
+            scratch: std::env::temp_dir(),
+        }
+    }
+}
+
+/// Removes a job's scratch directory however the step ends.
+struct ScratchDir(PathBuf);
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[async_trait::async_trait]
+impl Step for HlsPackage {
+    fn name(&self) -> &'static str {
+        "hls-package"
+    }
+
+    fn check_params(&self, params: &Map<String, Value>) -> Result<(), String> {
+        HlsParams::from_params(params).map(|_| ())
+    }
+
+    fn time_needed(&self, params: &Map<String, Value>) -> Duration {
+        let seconds = HlsParams::from_params(params)
+            .map(|p| p.min_seconds)
+            .unwrap_or_else(|_| default_min_seconds());
+        Duration::from_secs(seconds) + STOP_BEFORE_DEADLINE
+    }
+
+    async fn run(
+        &self,
+        context: &StepContext<'_>,
+        outputs: &mut JobOutputs,
+    ) -> Result<(), StepError> {
+        let params = HlsParams::from_params(&context.recipe.params).map_err(|problem| {
+            StepError::InvalidParams {
+                step: "hls-package".into(),
+                problem,
+            }
+        })?;
+        let input = context.input;
+        let free = free_bytes(&self.scratch).map_err(|e| {
+            StepError::Failed(format!("free space of {}: {e}", self.scratch.display()))
+        })?;
+        check_fits(input.head.size, free, &self.scratch)?;
+
+        // Named by the job: a crashed attempt's leftovers are replaced.
+        let dir = self.scratch.join(format!("mediaonce-{}", context.job_key));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out_dir = dir.join("out");
+        std::fs::create_dir_all(&out_dir)
+            .map_err(|e| StepError::Failed(format!("creating {}: {e}", out_dir.display())))?;
+        let _cleanup = ScratchDir(dir.clone());
+        let input_path = dir.join("input");
+        input.spool_to(&input_path).await?;
+
+        let movie = read_movie(&input_path).await?;
+        let Some(video) = movie.video() else {
+            return Err(StepError::Failed(
+                "hls-package needs a video track; the input has none".into(),
+            ));
+        };
+        let (Some(width), Some(height)) = (video.width, video.height) else {
+            return Err(StepError::Failed(
+                "the video track does not say its size".into(),
+            ));
+        };
+        // ffmpeg turns rotated video upright: the displayed height counts.
+        let displayed = match video.rotation {
+            Some(90 | 270) => width,
+            _ => height,
+        };
+        let renditions = plan_renditions(&params, displayed);
+        let args = ffmpeg_args(
+            &params,
+            &renditions,
+            movie.audio().is_some(),
+            &input_path,
+            &out_dir,
+        );
+        run_ffmpeg(
+            &self.ffmpeg,
+            &args,
+            movie.duration,
+            context.deadline_ms,
+            context.job_key,
+        )
+        .await?;
+        upload_dir(&out_dir, outputs).await
+    }
+}
+
+async fn read_movie(path: &Path) -> Result<bmff::MovieInfo, StepError> {
+    let unreadable =
+        |e: bmff::BmffError| StepError::Failed(format!("hls-package reads MP4/MOV inputs: {e}"));
+    let file = std::fs::File::open(path)
+        .map_err(|e| StepError::Failed(format!("opening {}: {e}", path.display())))?;
+    let size = file
+        .metadata()
+        .map_err(|e| StepError::Failed(e.to_string()))?
+        .len();
+    let boxes = bmff::locate_movie(&file, size, &[])
+        .await
+        .map_err(unreadable)?;
+    bmff::parse_movie(boxes.ftyp.as_deref(), &boxes.moov, boxes.fragments).map_err(unreadable)
+}
+
+/// Runs ffmpeg to completion, logging its progress; kills it
+/// [`STOP_BEFORE_DEADLINE`] before the deadline.
+async fn run_ffmpeg(
+    ffmpeg: &Path,
+    args: &[String],
+    duration: Option<f64>,
+    deadline_ms: Option<u64>,
+    job_key: &str,
+) -> Result<(), StepError> {
+    let stop_at = deadline_ms.map(|deadline| {
+        let now = crate::lease::now_ms();
+        let left = Duration::from_millis(deadline.saturating_sub(now))
+            .saturating_sub(STOP_BEFORE_DEADLINE);
+        tokio::time::Instant::now() + left
+    });
+    let mut child = tokio::process::Command::new(ffmpeg)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // A handler that gives up on the job drops this future: ffmpeg
+        // must not outlive it.
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| {
+            StepError::Failed(format!(
+                "cannot run ffmpeg ({}): {e}; set {ENV_FFMPEG} or add the ffmpeg layer",
+                ffmpeg.display()
+            ))
+        })?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    // ffmpeg's errors, kept for the job's error message.
+    let errors = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text).await;
+        text
+    });
+    let progress = async {
+        let mut lines = BufReader::new(stdout).lines();
+        let mut progress = Progress::default();
+        let mut logged = tokio::time::Instant::now();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if progress.feed(&line) && (logged.elapsed() >= PROGRESS_EVERY || progress.finished) {
+                logged = tokio::time::Instant::now();
+                tracing::info!(
+                    job_key,
+                    encoded_secs = progress.encoded,
+                    total_secs = duration,
+                    speed = progress.speed,
+                    "hls-package: ffmpeg progress"
+                );
+            }
+        }
+        progress
+    };
+    let run = async {
+        let (progress, status) = tokio::join!(progress, child.wait());
+        (progress, status)
+    };
+    let outcome = match stop_at {
+        Some(stop_at) => tokio::time::timeout_at(stop_at, run).await.ok(),
+        None => Some(run.await),
+    };
+    let Some((progress, status)) = outcome else {
+        let _ = child.kill().await;
+        return Err(StepError::Failed(format!(
+            "ffmpeg stopped {} s before the invocation deadline, unfinished; the job is retried \
+             (raise the function timeout, or shorten the ladder)",
+            STOP_BEFORE_DEADLINE.as_secs()
+        )));
+    };
+    let status = status.map_err(|e| StepError::Failed(format!("waiting for ffmpeg: {e}")))?;
+    if !status.success() {
+        let stderr = errors.await.unwrap_or_default();
+        let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        return Err(StepError::Failed(format!(
+            "ffmpeg failed ({status}) after {:.1} s of output: {}",
+            progress.encoded,
+            tail.join(" | ")
+        )));
+    }
+    Ok(())
+}
+
+fn content_type(name: &str) -> &'static str {
+    match Path::new(name).extension().and_then(|e| e.to_str()) {
+        Some("m3u8") => "application/vnd.apple.mpegurl",
+        Some("ts") => "video/mp2t",
+        _ => "application/octet-stream",
+    }
+}
+
+/// Uploads every file under `dir` by its relative path, in name order, the
+/// playlists after the segments they list.
+async fn upload_dir(dir: &Path, outputs: &mut JobOutputs) -> Result<(), StepError> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        let entries = std::fs::read_dir(&at)
+            .map_err(|e| StepError::Failed(format!("listing {}: {e}", at.display())))?;
+        for entry in entries {
+            let path = entry
+                .map_err(|e| StepError::Failed(format!("listing {}: {e}", at.display())))?
+                .path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let name = path
+                    .strip_prefix(dir)
+                    .expect("under dir")
+                    .to_string_lossy()
+                    .into_owned();
+                files.push((name.ends_with(".m3u8"), name, path));
+            }
+        }
+    }
+    files.sort();
+    if !files.iter().any(|(_, name, _)| name == "master.m3u8") {
+        return Err(StepError::Failed(
+            "ffmpeg finished without writing master.m3u8".into(),
+        ));
+    }
+    for (_, name, path) in files {
+        outputs.put_file(&name, content_type(&name), &path).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn params(value: Value) -> Result<HlsParams, String> {
+        HlsParams::from_params(value.as_object().unwrap())
+    }
+
+    #[test]
+    fn ladder_heights_in_three_spellings_and_defaults() {
+        let p = params(json!({"ladder": ["1080", "720p", 360]})).unwrap();
+        assert_eq!(p.ladder, [Height(1080), Height(720), Height(360)]);
+        assert_eq!((p.segment, p.crf, p.threads), (6.0, 23, 2));
+        assert_eq!(p.preset, "veryfast");
+    }
+
+    #[test]
+    fn bad_params_are_named() {
+        for (value, expected) in [
+            (json!({}), "missing field `ladder`"),
+            (json!({"ladder": []}), "1 to 8 heights"),
+            (json!({"ladder": ["720", "720p"]}), "must differ"),
+            (json!({"ladder": ["721"]}), "even numbers"),
+            (json!({"ladder": ["big"]}), "even numbers"),
+            (
+                json!({"ladder": [720], "segment": 0.5}),
+                "segment is 1 to 60",
+            ),
+            (
+                json!({"ladder": [720], "preset": "instant"}),
+                "preset is one of",
+            ),
+            (json!({"ladder": [720], "crf": 60}), "crf is 0 to 51"),
+            (json!({"ladder": [720], "threads": 0}), "threads is 1 to 16"),
+            (
+                json!({"ladder": [720], "codec": "av1"}),
+                "unknown field `codec`",
+            ),
+        ] {
+            let err = params(value.clone()).unwrap_err();
+            assert!(err.contains(expected), "{value}: {err}");
+        }
+    }
+
+    #[test]
+    fn renditions_never_upscale() {
+        let p = params(json!({"ladder": [360, 1080, 720]})).unwrap();
+        let heights = |source| -> Vec<u32> {
+            plan_renditions(&p, source)
+                .iter()
+                .map(|r| r.height)
+                .collect()
+        };
+        assert_eq!(heights(2160), [1080, 720, 360]);
+        assert_eq!(heights(720), [720, 360]);
+        assert_eq!(heights(719), [360]);
+        assert_eq!(heights(241), [240]);
+        let r = plan_renditions(&p, 1080);
+        assert_eq!(r[0].name(), "1080p");
+        assert_eq!(r[0].max_kbps, Some(6000));
+        assert_eq!(r[2].max_kbps, Some(2000));
+    }
+
+    #[test]
+    fn one_ffmpeg_run_for_the_ladder() {
+        let p = params(json!({"ladder": [720, 360], "segment": 2})).unwrap();
+        let r = plan_renditions(&p, 1080);
+        let args = ffmpeg_args(&p, &r, true, Path::new("/s/in"), Path::new("/s/out"));
+        let joined = args.join(" ");
+        assert!(joined.contains("[0:v]split=2[s0][s1];[s0]scale=-2:720[v0];[s1]scale=-2:360[v1]"));
+        assert!(joined.contains("-force_key_frames expr:gte(t,n_forced*2)"));
+        assert!(joined.contains("-hls_time 2 "));
+        assert!(joined.contains("-var_stream_map v:0,a:0,name:720p v:1,a:1,name:360p"));
+        assert!(joined.ends_with("/s/out/%v/index.m3u8"));
+        let silent = ffmpeg_args(&p, &r, false, Path::new("/s/in"), Path::new("/s/out"));
+        assert!(!silent.iter().any(|a| a == "0:a:0"));
+        assert!(silent.join(" ").contains("v:0,name:720p v:1,name:360p"));
+    }
+
+    #[test]
+    fn progress_lines() {
+        let mut progress = Progress::default();
+        assert!(!progress.feed("frame=50"));
+        assert!(!progress.feed("out_time_us=2000000"));
+        assert!(!progress.feed("speed=3.5x"));
+        assert!(progress.feed("progress=continue"));
+        assert_eq!(progress.encoded, 2.0);
+        assert_eq!(progress.speed, Some(3.5));
+        assert!(!progress.finished);
+        progress.feed("out_time_us=N/A");
+        assert!(progress.feed("progress=end"));
+        assert!(progress.finished);
+        assert_eq!(progress.encoded, 2.0);
+    }
+
+    #[test]
+    fn an_input_must_fit_beside_the_reserve() {
+        let dir = Path::new("/tmp");
+        assert!(check_fits(100, 100 + SCRATCH_RESERVE_BYTES, dir).is_ok());
+        let err = check_fits(101, 100 + SCRATCH_RESERVE_BYTES, dir).unwrap_err();
+        assert!(err.to_string().contains("does not fit in /tmp"), "{err}");
+        assert!(free_bytes(dir).unwrap() > 0);
+        assert!(free_bytes(Path::new("/no/such/dir")).is_err());
+    }
+
+    #[test]
+    fn seconds_without_noise() {
+        assert_eq!(format_seconds(6.0), "6");
+        assert_eq!(format_seconds(2.5), "2.5");
+        assert_eq!(format_seconds(0.1 + 0.2), "0.3");
+    }
+}

@@ -1,0 +1,435 @@
+//! `hls-package` with Debian's ffmpeg: a ladder into the job's prefix on the
+//! emulators, playlists that parse with segment durations that fit, the same
+//! bytes from two runs, and the error cases.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::media::{av_clip, clip, ffmpeg};
+use common::{Options, Pipeline};
+use mediaonce::fingerprint::fingerprint;
+use mediaonce::handler::{JobReport, Outcome};
+use mediaonce::key::Recipe;
+use mediaonce::step::{JobInput, JobOutputs, Manifest, Step, StepContext, StepError};
+use mediaonce::steps::hls::{HlsPackage, STOP_BEFORE_DEADLINE};
+use mediaonce::store::memory::InMemoryObjects;
+use mediaonce::store::{ObjectRef, ObjectStore};
+
+/// A media playlist: its target duration, segments and their durations.
+#[derive(Debug)]
+struct MediaPlaylist {
+    target: f64,
+    segments: Vec<(String, f64)>,
+}
+
+/// Parses a media playlist strictly enough to catch a broken one.
+fn parse_media(text: &str) -> MediaPlaylist {
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("#EXTM3U"), "{text}");
+    let mut target = None;
+    let mut segments = Vec::new();
+    let mut pending = None;
+    let mut ended = false;
+    for line in lines {
+        if let Some(v) = line.strip_prefix("#EXT-X-TARGETDURATION:") {
+            target = Some(v.parse::<f64>().unwrap());
+        } else if let Some(v) = line.strip_prefix("#EXTINF:") {
+            pending = Some(v.trim_end_matches(',').parse::<f64>().unwrap());
+        } else if line == "#EXT-X-ENDLIST" {
+            ended = true;
+        } else if !line.starts_with('#') && !line.is_empty() {
+            let duration = pending.take().expect("a segment without #EXTINF");
+            segments.push((line.to_string(), duration));
+        }
+    }
+    assert!(ended, "no #EXT-X-ENDLIST in a VOD playlist: {text}");
+    MediaPlaylist {
+        target: target.expect("no #EXT-X-TARGETDURATION"),
+        segments,
+    }
+}
+
+/// The master playlist's variants: (attributes, playlist URI).
+fn parse_master(text: &str) -> Vec<(BTreeMap<String, String>, String)> {
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("#EXTM3U"), "{text}");
+    let mut variants = Vec::new();
+    let mut pending = None;
+    for line in lines {
+        if let Some(attrs) = line.strip_prefix("#EXT-X-STREAM-INF:") {
+            pending = Some(parse_attributes(attrs));
+        } else if !line.starts_with('#') && !line.is_empty() {
+            variants.push((
+                pending.take().expect("a URI without #EXT-X-STREAM-INF"),
+                line.to_string(),
+            ));
+        }
+    }
+    variants
+}
+
+/// `A=1,B="x,y"` into a map (quoted values may hold commas).
+fn parse_attributes(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let (name, after) = rest.split_once('=').expect("NAME=value");
+        let (value, after) = if let Some(quoted) = after.strip_prefix('"') {
+            let end = quoted.find('"').expect("closing quote");
+            (&quoted[..end], &quoted[end + 1..])
+        } else {
+            after.split_at(after.find(',').unwrap_or(after.len()))
+        };
+        out.insert(name.to_string(), value.to_string());
+        rest = after.strip_prefix(',').unwrap_or(after);
+    }
+    out
+}
+
+/// What ffprobe (from the same Debian package) says of a segment's video.
+fn video_stream(path: &Path) -> (String, u32, u32) {
+    let ffprobe = ffmpeg().with_file_name("ffprobe");
+    let ffprobe = if ffprobe.is_absolute() {
+        ffprobe
+    } else {
+        PathBuf::from("ffprobe")
+    };
+    let out = Command::new(ffprobe)
+        .args([
+            "-v",
+            "error",
+            "-select_streams",
+            "v:0",
+            "-show_entries",
+            "stream=codec_name,width,height",
+            "-of",
+            "csv=p=0",
+        ])
+        .arg(path)
+        .output()
+        .expect("run ffprobe");
+    let text = String::from_utf8(out.stdout).unwrap();
+    // MPEG-TS lists the stream once more under its program: the first line.
+    let parts: Vec<&str> = text.lines().next().unwrap_or_default().split(',').collect();
+    (
+        parts[0].to_string(),
+        parts[1].parse().unwrap(),
+        parts[2].parse().unwrap(),
+    )
+}
+
+async fn package(p: &Pipeline, key: &str, bytes: &[u8]) -> JobReport {
+    p.put(key, bytes, true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let job = report.jobs().next().unwrap().clone();
+    job
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ladder_lands_in_the_job_prefix_with_playlists_that_parse() {
+    let p = Pipeline::new(Options {
+        recipes: Some(
+            r#"[{"step":"hls-package","version":1,"params":{"ladder":["720","360p",240],"segment":2,"preset":"ultrafast","min_seconds":5}}]"#
+                .into(),
+        ),
+        // Outputs elsewhere: their notifications must not be received as uploads.
+        separate_output_bucket: true,
+        ..Options::default()
+    })
+    .await;
+    let bytes = std::fs::read(av_clip("hls-5s.mp4", "640x360", 25, 5, &[])).unwrap();
+    let job = package(&p, "clips/a.mp4", &bytes).await;
+    assert_eq!(job.outcome, Outcome::Ran, "{job:?}");
+    let prefix = format!("derived/{}/", job.job_key);
+    let manifest: Manifest =
+        serde_json::from_slice(&p.output(&format!("{prefix}_manifest.json")).await).unwrap();
+    let listed: Vec<String> = manifest.outputs.iter().map(|o| o.name.clone()).collect();
+    let mut stored: Vec<String> = p
+        .output_keys(&prefix)
+        .await
+        .into_iter()
+        .map(|k| k[prefix.len()..].to_string())
+        .filter(|k| k != "_manifest.json")
+        .collect();
+    stored.sort();
+    assert_eq!(listed, stored);
+
+    // 720 is above the 360-line source: never upscaled.
+    let master = String::from_utf8(p.output(&format!("{prefix}master.m3u8")).await).unwrap();
+    let variants = parse_master(&master);
+    let uris: Vec<&str> = variants.iter().map(|(_, uri)| uri.as_str()).collect();
+    assert_eq!(uris, ["360p/index.m3u8", "240p/index.m3u8"], "{master}");
+    let resolutions: Vec<&str> = variants
+        .iter()
+        .map(|(a, _)| a["RESOLUTION"].as_str())
+        .collect();
+    assert_eq!(resolutions, ["640x360", "426x240"]);
+    for (attributes, _) in &variants {
+        assert!(attributes["BANDWIDTH"].parse::<u64>().unwrap() > 0);
+        let codecs = &attributes["CODECS"];
+        assert!(
+            codecs.contains("avc1.") && codecs.contains("mp4a.40.2"),
+            "{codecs}"
+        );
+    }
+
+    let scratch = tempdir("a_ladder");
+    for (rendition, size) in [("360p", (640, 360)), ("240p", (426, 240))] {
+        let text =
+            String::from_utf8(p.output(&format!("{prefix}{rendition}/index.m3u8")).await).unwrap();
+        let playlist = parse_media(&text);
+        assert_eq!(playlist.segments.len(), 3, "{text}");
+        let total: f64 = playlist.segments.iter().map(|(_, d)| d).sum();
+        assert!((total - 5.0).abs() < 0.1, "{total} s in {text}");
+        for (i, (uri, duration)) in playlist.segments.iter().enumerate() {
+            assert_eq!(uri, &format!("seg-{i:05}.ts"));
+            assert!(
+                *duration <= playlist.target,
+                "{duration} > {}",
+                playlist.target
+            );
+            if i + 1 < playlist.segments.len() {
+                assert!((duration - 2.0).abs() < 0.05, "segment {i}: {duration} s");
+            }
+            assert!(stored.contains(&format!("{rendition}/{uri}")));
+        }
+        let segment = scratch.join(format!("{rendition}.ts"));
+        std::fs::write(
+            &segment,
+            p.output(&format!("{prefix}{rendition}/seg-00000.ts")).await,
+        )
+        .unwrap();
+        assert_eq!(video_stream(&segment), ("h264".to_string(), size.0, size.1));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runs_write_the_same_bytes() {
+    // Two recipe versions: two jobs, two runs of the same work.
+    let p = Pipeline::new(Options {
+        recipes: Some(
+            r#"[{"step":"hls-package","version":1,"params":{"ladder":[240,144],"segment":1,"preset":"ultrafast","min_seconds":5}},
+                {"step":"hls-package","version":2,"params":{"ladder":[240,144],"segment":1,"preset":"ultrafast","min_seconds":5}}]"#
+                .into(),
+        ),
+        // Outputs elsewhere: their notifications must not be received as uploads.
+        separate_output_bucket: true,
+        ..Options::default()
+    })
+    .await;
+    let bytes = std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap();
+    p.put("clips/twice.mp4", &bytes, true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let jobs: Vec<&JobReport> = report.jobs().collect();
+    assert_eq!(jobs.len(), 2);
+    assert!(jobs.iter().all(|j| j.outcome == Outcome::Ran), "{report:?}");
+    assert_ne!(jobs[0].job_key, jobs[1].job_key);
+    let first = outputs(&p, &jobs[0].job_key).await;
+    let second = outputs(&p, &jobs[1].job_key).await;
+    // master, 2 playlists, 3 segments each.
+    assert_eq!(first.len(), 9, "{:?}", first.keys());
+    assert_eq!(
+        first.keys().collect::<Vec<_>>(),
+        second.keys().collect::<Vec<_>>()
+    );
+    for (name, bytes) in &first {
+        assert!(bytes == &second[name], "{name} differs between two runs");
+    }
+}
+
+#[tokio::test]
+async fn silent_video_gets_renditions_without_audio() {
+    let p = Pipeline::new(Options {
+        recipes: Some(
+            r#"[{"step":"hls-package","version":1,"params":{"ladder":[240,144],"segment":1,"preset":"ultrafast","min_seconds":5}}]"#
+                .into(),
+        ),
+        // Outputs elsewhere: their notifications must not be received as uploads.
+        separate_output_bucket: true,
+        ..Options::default()
+    })
+    .await;
+    let silent = clip(
+        "silent-3s.mp4",
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc=size=320x240:rate=24:duration=3",
+            "-c:v",
+            "libx264",
+            "-pix_fmt",
+            "yuv420p",
+        ],
+    );
+    let job = package(&p, "clips/silent.mp4", &std::fs::read(silent).unwrap()).await;
+    assert_eq!(job.outcome, Outcome::Ran, "{job:?}");
+    let files = outputs(&p, &job.job_key).await;
+    let master = String::from_utf8(files["master.m3u8"].clone()).unwrap();
+    let variants = parse_master(&master);
+    assert_eq!(variants.len(), 2, "{master}");
+    for (attributes, _) in variants {
+        assert!(!attributes["CODECS"].contains("mp4a"), "{master}");
+    }
+}
+
+/// A job's outputs but its manifest, by name.
+async fn outputs(p: &Pipeline, job_key: &str) -> BTreeMap<String, Vec<u8>> {
+    let prefix = format!("derived/{job_key}/");
+    let mut files = BTreeMap::new();
+    for name in p.output_keys(&prefix).await {
+        if !name.ends_with("_manifest.json") {
+            files.insert(name[prefix.len()..].to_string(), p.output(&name).await);
+        }
+    }
+    files
+}
+
+#[tokio::test]
+async fn inputs_it_cannot_package_fail_their_job_with_the_reason() {
+    let p = Pipeline::new(Options {
+        recipes: Some(
+            r#"[{"step":"hls-package","version":1,"params":{"ladder":[360],"min_seconds":5}}]"#
+                .into(),
+        ),
+        // Outputs elsewhere: their notifications must not be received as uploads.
+        separate_output_bucket: true,
+        ..Options::default()
+    })
+    .await;
+    let job = package(
+        &p,
+        "not-a-movie.png",
+        include_bytes!("../events/sample.png"),
+    )
+    .await;
+    assert_eq!(job.outcome, Outcome::Failed);
+    let reason = job.reason.unwrap();
+    assert!(
+        reason.contains("hls-package reads MP4/MOV inputs: not a movie"),
+        "{reason}"
+    );
+
+    let tone = clip(
+        "tone-1s.m4a",
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=duration=1",
+            "-c:a",
+            "aac",
+            "-f",
+            "ipod",
+        ],
+    );
+    let job = package(&p, "tone.m4a", &std::fs::read(tone).unwrap()).await;
+    assert_eq!(job.outcome, Outcome::Failed);
+    assert!(job.reason.unwrap().contains("needs a video track"));
+}
+
+/// A scratch directory of the test's own.
+fn tempdir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hls-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs the step directly on an in-memory store: (result, files left in
+/// scratch afterwards).
+async fn run_direct(
+    step: &HlsPackage,
+    input: &[u8],
+    params: serde_json::Value,
+    deadline_ms: Option<u64>,
+) -> Result<BTreeMap<String, Vec<u8>>, StepError> {
+    let objects = InMemoryObjects::new();
+    objects.insert("in", "clip.mp4", input, true);
+    let store = ObjectStore::new(objects.clone());
+    let object = ObjectRef {
+        bucket: "in".into(),
+        key: "clip.mp4".into(),
+        version_id: None,
+    };
+    let head = store.head(&object).await.unwrap().unwrap();
+    let input = JobInput::new(store.clone(), head.clone(), fingerprint(&head));
+    let recipe = Recipe::from_value(&serde_json::json!({
+        "step": "hls-package", "version": 1, "params": params
+    }))
+    .unwrap();
+    let context = StepContext {
+        job_key: "direct",
+        recipe: &recipe,
+        input: &input,
+        deadline_ms,
+        max_pixels: 100_000_000,
+    };
+    let mut outputs = JobOutputs::new(store, "out", "job/");
+    step.run(&context, &mut outputs).await?;
+    Ok(objects
+        .keys("out", "job/")
+        .into_iter()
+        .map(|k| (k.clone(), objects.bytes("out", &k).unwrap()))
+        .collect())
+}
+
+#[tokio::test]
+async fn without_ffmpeg_the_error_says_how_to_get_it() {
+    let step = HlsPackage {
+        ffmpeg: PathBuf::from("/nonexistent/ffmpeg"),
+        scratch: tempdir("no_ffmpeg"),
+    };
+    let bytes = std::fs::read(av_clip("hls-5s.mp4", "640x360", 25, 5, &[])).unwrap();
+    let err = run_direct(&step, &bytes, serde_json::json!({"ladder": [240]}), None)
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("cannot run ffmpeg (/nonexistent/ffmpeg)"),
+        "{message}"
+    );
+    assert!(message.contains("MEDIAONCE_FFMPEG"), "{message}");
+    assert_eq!(
+        std::fs::read_dir(&step.scratch).unwrap().count(),
+        0,
+        "scratch left behind"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ffmpeg_is_stopped_before_the_deadline_and_its_scratch_removed() {
+    let step = HlsPackage {
+        ffmpeg: ffmpeg(),
+        scratch: tempdir("deadline"),
+    };
+    // Minutes of work at veryslow; the deadline leaves ffmpeg 1.5 s.
+    let bytes = std::fs::read(av_clip("hls-1080p-8s.mp4", "1920x1080", 25, 8, &[])).unwrap();
+    let deadline = mediaonce::lease::now_ms() + STOP_BEFORE_DEADLINE.as_millis() as u64 + 1_500;
+    let err = run_direct(
+        &step,
+        &bytes,
+        serde_json::json!({"ladder": [1080, 720], "preset": "veryslow"}),
+        Some(deadline),
+    )
+    .await
+    .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("ffmpeg stopped 10 s before the invocation deadline"),
+        "{message}"
+    );
+    assert!(
+        mediaonce::lease::now_ms() < deadline - 5_000,
+        "stopped too late"
+    );
+    assert_eq!(
+        std::fs::read_dir(&step.scratch).unwrap().count(),
+        0,
+        "scratch left behind"
+    );
+}
