@@ -8,13 +8,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::media::{av_clip, clip, ffmpeg};
+use common::media::{av_clip, clip, ffmpeg, upright_phone_clip};
 use common::{Options, Pipeline};
 use mediaonce::fingerprint::fingerprint;
 use mediaonce::handler::{JobReport, Outcome};
 use mediaonce::key::Recipe;
 use mediaonce::step::{JobInput, JobOutputs, Manifest, Step, StepContext, StepError};
-use mediaonce::steps::hls::{HlsPackage, STOP_BEFORE_DEADLINE};
+use mediaonce::steps::hls::{HlsPackage, SCRATCH_RESERVE_BYTES, STOP_BEFORE_DEADLINE};
 use mediaonce::store::memory::InMemoryObjects;
 use mediaonce::store::{ObjectRef, ObjectStore};
 
@@ -383,6 +383,7 @@ async fn without_ffmpeg_the_error_says_how_to_get_it() {
     let step = HlsPackage {
         ffmpeg: PathBuf::from("/nonexistent/ffmpeg"),
         scratch: tempdir("no_ffmpeg"),
+        scratch_reserve: SCRATCH_RESERVE_BYTES,
     };
     let bytes = std::fs::read(av_clip("hls-5s.mp4", "640x360", 25, 5, &[])).unwrap();
     let err = run_direct(&step, &bytes, serde_json::json!({"ladder": [240]}), None)
@@ -406,6 +407,7 @@ async fn ffmpeg_is_stopped_before_the_deadline_and_its_scratch_removed() {
     let step = HlsPackage {
         ffmpeg: ffmpeg(),
         scratch: tempdir("deadline"),
+        scratch_reserve: SCRATCH_RESERVE_BYTES,
     };
     // Minutes of work at veryslow; the deadline leaves ffmpeg 1.5 s.
     let bytes = std::fs::read(av_clip("hls-1080p-8s.mp4", "1920x1080", 25, 8, &[])).unwrap();
@@ -432,4 +434,71 @@ async fn ffmpeg_is_stopped_before_the_deadline_and_its_scratch_removed() {
         0,
         "scratch left behind"
     );
+}
+
+#[tokio::test]
+async fn an_input_that_does_not_fit_in_scratch_is_refused_before_spooling() {
+    let scratch = tempdir("no_room");
+    let free = mediaonce::steps::hls::free_bytes(&scratch).unwrap();
+    // The real file system's free space, with a reserve it cannot meet.
+    let step = HlsPackage {
+        ffmpeg: ffmpeg(),
+        scratch: scratch.clone(),
+        scratch_reserve: free,
+    };
+    let bytes = std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap();
+    let err = run_direct(&step, &bytes, serde_json::json!({"ladder": [240]}), None)
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!(
+            "the input ({} bytes) does not fit in {}",
+            bytes.len(),
+            scratch.display()
+        )),
+        "{message}"
+    );
+    assert!(
+        message.contains("raise the function's ephemeral storage"),
+        "{message}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&scratch).unwrap().count(),
+        0,
+        "spooled anyway"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_clip_is_packaged_upright_by_its_displayed_height() {
+    let step = HlsPackage {
+        ffmpeg: ffmpeg(),
+        scratch: tempdir("rotated"),
+        scratch_reserve: SCRATCH_RESERVE_BYTES,
+    };
+    // Coded 320x240, shown 240x320 (a phone held upright).
+    let bytes = std::fs::read(upright_phone_clip()).unwrap();
+    let files = run_direct(
+        &step,
+        &bytes,
+        serde_json::json!({"ladder": [480, 320, 240], "segment": 1, "preset": "ultrafast"}),
+        None,
+    )
+    .await
+    .unwrap();
+    let master = String::from_utf8(files["job/master.m3u8"].clone()).unwrap();
+    let variants = parse_master(&master);
+    // 480 is above the 320 displayed lines; 320 (which the coded 240
+    // lines would rule out) and 240 fit, upright.
+    let resolutions: Vec<&str> = variants
+        .iter()
+        .map(|(a, _)| a["RESOLUTION"].as_str())
+        .collect();
+    assert_eq!(resolutions, ["240x320", "180x240"], "{master}");
+    for (rendition, width, height) in [("320p", 240, 320), ("240p", 180, 240)] {
+        let segment = step.scratch.join(format!("rotated-{rendition}.ts"));
+        std::fs::write(&segment, &files[&format!("job/{rendition}/seg-00000.ts")]).unwrap();
+        assert_eq!(video_stream(&segment), ("h264".to_string(), width, height));
+    }
 }

@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::atomic::Ordering;
 
-use common::media::{av_clip, clip};
+use common::media::{av_clip, clip, upright_phone_clip};
 use common::{Options, Pipeline};
 use mediaonce::handler::{JobReport, Outcome};
 use serde_json::Value;
@@ -128,6 +128,10 @@ async fn a_moov_at_the_end_of_a_large_file_is_found_without_reading_the_media() 
     assert_eq!(p.reads.whole.load(Ordering::SeqCst), 0);
     let reads = p.reads.ranged.load(Ordering::SeqCst);
     let read = p.reads.ranged_bytes.load(Ordering::SeqCst);
+    eprintln!(
+        "probe: {reads} ranged reads, {read} of {} bytes",
+        bytes.len()
+    );
     assert!(reads <= 3, "{reads} ranged reads");
     assert!(read < 400 * 1024, "{read} of {} bytes read", bytes.len());
 }
@@ -220,4 +224,19 @@ async fn verify_reads_every_byte_and_checks_s3s_checksum() {
     assert_eq!(probe["sha256"], mediaonce::key::sha256_hex(&bytes));
     assert_eq!(probe["sha256_source"], "computed");
     assert_eq!(p.reads.whole.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_rotated_clip_reports_its_rotation_and_coded_size() {
+    let p = pipeline("{}").await;
+    let bytes = std::fs::read(upright_phone_clip()).unwrap();
+    let (job, probe) = run_probe(&p, "clips/phone.mp4", &bytes).await;
+    assert_eq!(job.outcome, Outcome::Ran, "{job:?}");
+    let probe = probe.unwrap();
+    let video = track(&probe, "video");
+    assert_eq!(
+        (video["width"].as_u64(), video["height"].as_u64()),
+        (Some(320), Some(240))
+    );
+    assert_eq!(video["rotation"], 90, "{video}");
 }

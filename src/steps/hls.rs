@@ -32,8 +32,8 @@ pub const ENV_FFMPEG: &str = "MEDIAONCE_FFMPEG";
 /// to record the failure and answer the batch.
 pub const STOP_BEFORE_DEADLINE: Duration = Duration::from_secs(10);
 
-/// Scratch space kept free beyond the input for ffmpeg's outputs' first
-/// segments and the playlists.
+/// Scratch space kept free beyond the input by default, for ffmpeg's
+/// outputs and the playlists.
 pub const SCRATCH_RESERVE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// How often progress is logged.
@@ -394,9 +394,15 @@ impl Progress {
     }
 }
 
-/// Whether an input of `input_bytes` fits with `free_bytes` free. Pure.
-pub fn check_fits(input_bytes: u64, free_bytes: u64, dir: &Path) -> Result<(), StepError> {
-    let needed = input_bytes.saturating_add(SCRATCH_RESERVE_BYTES);
+/// Whether an input of `input_bytes` fits with `free_bytes` free and
+/// `reserve` to spare. Pure.
+pub fn check_fits(
+    input_bytes: u64,
+    free_bytes: u64,
+    reserve: u64,
+    dir: &Path,
+) -> Result<(), StepError> {
+    let needed = input_bytes.saturating_add(reserve);
     if needed > free_bytes {
         return Err(StepError::Failed(format!(
             "the input ({input_bytes} bytes) does not fit in {}: {free_bytes} bytes free, \
@@ -420,11 +426,13 @@ pub fn free_bytes(dir: &Path) -> std::io::Result<u64> {
     Ok(stats.f_bavail as u64 * stats.f_frsize as u64)
 }
 
-/// The step. `ffmpeg` is run for each job; `scratch` holds its files.
+/// The step. `ffmpeg` is run for each job; `scratch` holds its files, and
+/// must have the input's size plus `scratch_reserve` free.
 #[derive(Debug, Clone)]
 pub struct HlsPackage {
     pub ffmpeg: PathBuf,
     pub scratch: PathBuf,
+    pub scratch_reserve: u64,
 }
 
 impl HlsPackage {
@@ -437,6 +445,7 @@ impl HlsPackage {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from("ffmpeg")),
             scratch: std::env::temp_dir(),
+            scratch_reserve: SCRATCH_RESERVE_BYTES,
         }
     }
 }
@@ -482,7 +491,7 @@ impl Step for HlsPackage {
         let free = free_bytes(&self.scratch).map_err(|e| {
             StepError::Failed(format!("free space of {}: {e}", self.scratch.display()))
         })?;
-        check_fits(input.head.size, free, &self.scratch)?;
+        check_fits(input.head.size, free, self.scratch_reserve, &self.scratch)?;
 
         // Named by the job: a crashed attempt's leftovers are replaced.
         let dir = self.scratch.join(format!("mediaonce-{}", context.job_key));
@@ -774,8 +783,9 @@ mod tests {
     #[test]
     fn an_input_must_fit_beside_the_reserve() {
         let dir = Path::new("/tmp");
-        assert!(check_fits(100, 100 + SCRATCH_RESERVE_BYTES, dir).is_ok());
-        let err = check_fits(101, 100 + SCRATCH_RESERVE_BYTES, dir).unwrap_err();
+        assert!(check_fits(100, 100 + SCRATCH_RESERVE_BYTES, SCRATCH_RESERVE_BYTES, dir).is_ok());
+        let err =
+            check_fits(101, 100 + SCRATCH_RESERVE_BYTES, SCRATCH_RESERVE_BYTES, dir).unwrap_err();
         assert!(err.to_string().contains("does not fit in /tmp"), "{err}");
         assert!(free_bytes(dir).unwrap() > 0);
         assert!(free_bytes(Path::new("/no/such/dir")).is_err());

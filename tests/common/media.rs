@@ -87,3 +87,16 @@ pub fn av_clip(name: &str, size: &str, rate: u32, seconds: u32, extra: &[&str]) 
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     clip(name, &args)
 }
+
+/// A clip of picture and sound shown rotated: coded 320x240, with the track
+/// matrix of a phone held upright (a=0 b=1 c=-1 d=0, as iPhones write it;
+/// 90° clockwise on screen, so shown 240x320). ffmpeg 5.1 writes that
+/// matrix when stream-copying with its `rotate` tag at 270.
+pub fn upright_phone_clip() -> PathBuf {
+    let source = av_clip("landscape.mp4", "320x240", 24, 2, &[]);
+    let source = source.display().to_string();
+    clip(
+        "upright-phone.mp4",
+        &["-i", &source, "-c", "copy", "-metadata:s:v:0", "rotate=270"],
+    )
+}
