@@ -36,6 +36,16 @@ pub enum StepError {
     Failed(String),
 }
 
+impl StepError {
+    /// For `map_err`: the params the step named rejected, with the problem.
+    pub fn invalid_params(step: &str) -> impl FnOnce(String) -> StepError + '_ {
+        move |problem| StepError::InvalidParams {
+            step: step.to_string(),
+            problem,
+        }
+    }
+}
+
 /// The input object version of a job.
 #[derive(Debug, Clone)]
 pub struct JobInput {

@@ -340,6 +340,15 @@ fn tempdir(name: &str) -> PathBuf {
     dir
 }
 
+/// The step with the tests' ffmpeg and a scratch directory of its own.
+fn step_in(scratch: &str) -> HlsPackage {
+    HlsPackage {
+        ffmpeg: ffmpeg(),
+        scratch: tempdir(scratch),
+        scratch_reserve: SCRATCH_RESERVE_BYTES,
+    }
+}
+
 /// Runs the step directly on an in-memory store: (result, files left in
 /// scratch afterwards).
 async fn run_direct(
@@ -382,8 +391,7 @@ async fn run_direct(
 async fn without_ffmpeg_the_error_says_how_to_get_it() {
     let step = HlsPackage {
         ffmpeg: PathBuf::from("/nonexistent/ffmpeg"),
-        scratch: tempdir("no_ffmpeg"),
-        scratch_reserve: SCRATCH_RESERVE_BYTES,
+        ..step_in("no_ffmpeg")
     };
     let bytes = std::fs::read(av_clip("hls-5s.mp4", "640x360", 25, 5, &[])).unwrap();
     let err = run_direct(&step, &bytes, serde_json::json!({"ladder": [240]}), None)
@@ -404,11 +412,7 @@ async fn without_ffmpeg_the_error_says_how_to_get_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ffmpeg_is_stopped_before_the_deadline_and_its_scratch_removed() {
-    let step = HlsPackage {
-        ffmpeg: ffmpeg(),
-        scratch: tempdir("deadline"),
-        scratch_reserve: SCRATCH_RESERVE_BYTES,
-    };
+    let step = step_in("deadline");
     // Minutes of work at veryslow; the deadline leaves ffmpeg 1.5 s.
     let bytes = std::fs::read(av_clip("hls-1080p-8s.mp4", "1920x1080", 25, 8, &[])).unwrap();
     let deadline = mediaonce::lease::now_ms() + STOP_BEFORE_DEADLINE.as_millis() as u64 + 1_500;
@@ -438,13 +442,13 @@ async fn ffmpeg_is_stopped_before_the_deadline_and_its_scratch_removed() {
 
 #[tokio::test]
 async fn an_input_that_does_not_fit_in_scratch_is_refused_before_spooling() {
-    let scratch = tempdir("no_room");
-    let free = mediaonce::steps::hls::free_bytes(&scratch).unwrap();
+    let step = step_in("no_room");
+    let scratch = step.scratch.clone();
     // The real file system's free space, with a reserve it cannot meet.
+    let free = mediaonce::steps::hls::free_bytes(&scratch).unwrap();
     let step = HlsPackage {
-        ffmpeg: ffmpeg(),
-        scratch: scratch.clone(),
         scratch_reserve: free,
+        ..step
     };
     let bytes = std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap();
     let err = run_direct(&step, &bytes, serde_json::json!({"ladder": [240]}), None)
@@ -472,11 +476,7 @@ async fn an_input_that_does_not_fit_in_scratch_is_refused_before_spooling() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotated_clip_is_packaged_upright_by_its_displayed_height() {
-    let step = HlsPackage {
-        ffmpeg: ffmpeg(),
-        scratch: tempdir("rotated"),
-        scratch_reserve: SCRATCH_RESERVE_BYTES,
-    };
+    let step = step_in("rotated");
     // Coded 320x240, shown 240x320 (a phone held upright).
     let bytes = std::fs::read(upright_phone_clip()).unwrap();
     let files = run_direct(
@@ -501,4 +501,55 @@ async fn a_rotated_clip_is_packaged_upright_by_its_displayed_height() {
         std::fs::write(&segment, &files[&format!("job/{rendition}/seg-00000.ts")]).unwrap();
         assert_eq!(video_stream(&segment), ("h264".to_string(), width, height));
     }
+}
+
+/// Log lines, captured from a subscriber set for the current thread.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn ffmpegs_progress_is_logged_to_the_end() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    // The test runtime has one thread: the step's logs land here.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let step = step_in("progress");
+    let bytes = std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap();
+    run_direct(
+        &step,
+        &bytes,
+        serde_json::json!({"ladder": [144], "preset": "ultrafast"}),
+        None,
+    )
+    .await
+    .unwrap();
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let last = logs
+        .lines()
+        .rfind(|l| l.contains("hls-package: ffmpeg progress"))
+        .unwrap_or_else(|| panic!("no progress logged: {logs}"));
+    assert!(last.contains("job_key=\"direct\""), "{last}");
+    assert!(last.contains("total_secs=3.0"), "{last}");
+    let encoded: f64 = last
+        .split("encoded_secs=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{last}"));
+    assert!((encoded - 3.0).abs() < 0.1, "{last}");
 }

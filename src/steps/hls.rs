@@ -481,12 +481,8 @@ impl Step for HlsPackage {
         context: &StepContext<'_>,
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
-        let params = HlsParams::from_params(&context.recipe.params).map_err(|problem| {
-            StepError::InvalidParams {
-                step: "hls-package".into(),
-                problem,
-            }
-        })?;
+        let params = HlsParams::from_params(&context.recipe.params)
+            .map_err(StepError::invalid_params(self.name()))?;
         let input = context.input;
         let free = free_bytes(&self.scratch).map_err(|e| {
             StepError::Failed(format!("free space of {}: {e}", self.scratch.display()))

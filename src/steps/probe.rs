@@ -173,12 +173,8 @@ impl Step for Probe {
         context: &StepContext<'_>,
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
-        let params = ProbeParams::from_params(&context.recipe.params).map_err(|problem| {
-            StepError::InvalidParams {
-                step: "probe".into(),
-                problem,
-            }
-        })?;
+        let params = ProbeParams::from_params(&context.recipe.params)
+            .map_err(StepError::invalid_params(self.name()))?;
         let report = probe(context.input, params).await?;
         let mut json =
             serde_json::to_vec_pretty(&report).map_err(|e| StepError::Failed(e.to_string()))?;

@@ -479,12 +479,8 @@ impl Step for Thumbnail {
         context: &StepContext<'_>,
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
-        let params = ThumbnailParams::parse(&context.recipe.params).map_err(|problem| {
-            StepError::InvalidParams {
-                step: "thumbnail".into(),
-                problem,
-            }
-        })?;
+        let params = ThumbnailParams::parse(&context.recipe.params)
+            .map_err(StepError::invalid_params(self.name()))?;
         let input = context.input;
         if input.head.size > MAX_INPUT_BYTES {
             return Err(StepError::Failed(format!(
