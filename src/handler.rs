@@ -21,7 +21,7 @@ use crate::config::{Config, ConfigError, RecipeRule};
 use crate::event::{parse_body, EventKind, Notification, S3Record};
 use crate::fifo::lanes;
 use crate::fingerprint::{fingerprint, replaced_since_event, Fingerprint, ObjectHead};
-use crate::key::job_key;
+use crate::key::{job_key, Recipe};
 use crate::lease::{Clock, SystemClock};
 use crate::ledger::{Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger, LedgerError};
 use crate::queue::{busy_delay_secs, queue_url_from_arn, Queue};
@@ -57,8 +57,6 @@ pub struct App {
     pub store: ObjectStore,
     pub queue: Queue,
     pub steps: StepRegistry,
-    /// No job starts with less than this left before the deadline.
-    start_margin: Duration,
     clock: Arc<dyn Clock>,
 }
 
@@ -70,20 +68,7 @@ impl App {
         queue: Queue,
         steps: StepRegistry,
     ) -> Self {
-        let slowest = config
-            .recipes
-            .iter()
-            .filter_map(|rule| {
-                Some(
-                    steps
-                        .get(&rule.recipe.step)?
-                        .time_needed(&rule.recipe.params),
-                )
-            })
-            .max()
-            .unwrap_or_default();
         App {
-            start_margin: config.deadline_margin + slowest,
             config,
             ledger,
             store,
@@ -104,16 +89,23 @@ impl App {
         self.clock.now_ms()
     }
 
-    /// With less than the margin left, no new job starts.
-    pub fn start_margin(&self) -> Duration {
-        self.start_margin
+    /// The time a job of `recipe` needs left before the deadline to start:
+    /// the configured margin plus its step's declared need. Each job has its
+    /// own, so a slow step's need does not hold back quick ones.
+    pub fn start_margin(&self, recipe: &Recipe) -> Duration {
+        let needed = self
+            .steps
+            .get(&recipe.step)
+            .map(|step| step.time_needed(&recipe.params))
+            .unwrap_or_default();
+        self.config.deadline_margin + needed
     }
 
-    /// Why a job may not start now, if it may not.
-    fn too_late_to_start(&self, invocation: &Invocation) -> Option<String> {
+    /// Why a job needing `margin` may not start now, if it may not.
+    fn too_late_to_start(&self, invocation: &Invocation, margin: Duration) -> Option<String> {
         let deadline = invocation.deadline_ms?;
         let remaining = deadline.saturating_sub(self.now_ms());
-        let margin = u64::try_from(self.start_margin.as_millis()).unwrap_or(u64::MAX);
+        let margin = u64::try_from(margin.as_millis()).unwrap_or(u64::MAX);
         (remaining < margin).then(|| {
             format!("not started: {remaining} ms left before the invocation deadline, {margin} ms needed")
         })
@@ -412,7 +404,13 @@ async fn process_record(
         key: key.clone(),
         version_id: record.version_id.clone(),
     };
-    let head = match app.too_late_to_start(invocation) {
+    // Not even the quickest of the record's jobs could start: no HeadObject.
+    let quickest = rules
+        .iter()
+        .map(|rule| app.start_margin(&rule.recipe))
+        .min()
+        .unwrap_or_default();
+    let head = match app.too_late_to_start(invocation, quickest) {
         Some(reason) => Err((Outcome::Deferred, reason)),
         None => head_for_record(app, record, &object).await,
     };
@@ -524,7 +522,7 @@ async fn run_job(
         reason,
         busy_until_ms: None,
     };
-    if let Some(reason) = app.too_late_to_start(invocation) {
+    if let Some(reason) = app.too_late_to_start(invocation, app.start_margin(&rule.recipe)) {
         return report(Outcome::Deferred, 0, Some(reason));
     }
     let claim = match app.ledger.claim(&request).await {
@@ -680,8 +678,15 @@ mod tests {
     }
 
     fn fixture() -> Fixture {
+        fixture_with(None)
+    }
+
+    fn fixture_with(recipes: Option<&str>) -> Fixture {
         let steps = StepRegistry::builtin();
-        let vars = HashMap::from([("MEDIAONCE_TABLE", "jobs")]);
+        let mut vars = HashMap::from([("MEDIAONCE_TABLE", "jobs")]);
+        if let Some(recipes) = recipes {
+            vars.insert("MEDIAONCE_RECIPES", recipes);
+        }
         let config =
             Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
         let objects = InMemoryObjects::new();
@@ -753,6 +758,41 @@ mod tests {
             f.app.ledger.get(&key).await.unwrap().unwrap().status,
             JobStatus::Done
         );
+    }
+
+    #[tokio::test]
+    async fn a_slow_steps_need_defers_only_its_own_job() {
+        // hls-package declares 60 + 10 s, probe nothing; 5 s margin each.
+        let f = fixture_with(Some(
+            r#"[{"step":"hls-package","version":1,"params":{"ladder":[360]}},
+                {"step":"probe","version":1,"params":{}}]"#,
+        ));
+        assert_eq!(
+            f.app.start_margin(&f.app.config.recipes[0].recipe),
+            Duration::from_secs(75)
+        );
+        assert_eq!(
+            f.app.start_margin(&f.app.config.recipes[1].recipe),
+            Duration::from_secs(5)
+        );
+        let etag = f.objects.insert("in", "a.mp4", b"not yet a movie", true);
+        let mut event = SqsEvent::default();
+        event.records = vec![message("1", "a.mp4", &etag)];
+        let invocation = Invocation {
+            request_id: "req".into(),
+            deadline_ms: Some(f.app.now_ms() + 30_000),
+        };
+        let report = handle_batch(f.app.clone(), event, invocation).await;
+        let outcomes: Vec<(&str, Outcome)> = report
+            .jobs()
+            .map(|j| (j.step.as_str(), j.outcome))
+            .collect();
+        assert_eq!(
+            outcomes,
+            [("hls-package", Outcome::Deferred), ("probe", Outcome::Ran)]
+        );
+        // The message comes back for the deferred job; probe's is then reused.
+        assert_eq!(report.response().batch_item_failures.len(), 1);
     }
 
     #[tokio::test]

@@ -112,7 +112,7 @@ impl Step for Declared {
 }
 
 #[tokio::test]
-async fn the_slowest_configured_step_widens_the_margin() {
+async fn each_recipe_has_the_margin_its_step_declares() {
     let mut steps = StepRegistry::builtin();
     steps.register(Arc::new(Declared));
     let recipes = r#"[{"step":"declared","version":1,"params":{"needs_secs":30}},
@@ -135,5 +135,18 @@ async fn the_slowest_configured_step_widens_the_margin() {
         Queue::sqs(mediaonce::aws::sqs_client(&sdk)),
         steps,
     );
-    assert_eq!(app.start_margin(), Duration::from_secs(35));
+    let margins: Vec<Duration> = app
+        .config
+        .recipes
+        .iter()
+        .map(|rule| app.start_margin(&rule.recipe))
+        .collect();
+    assert_eq!(
+        margins,
+        [
+            Duration::from_secs(35),
+            Duration::from_secs(17),
+            Duration::from_secs(5)
+        ]
+    );
 }
