@@ -78,8 +78,19 @@ pub struct MovieBoxes {
     pub moov: Vec<u8>,
     /// Top-level `moof` boxes seen: a fragmented file.
     pub fragments: u64,
+    /// A fragmented file's random access index and last fragment, if it
+    /// ends with one (`mfro`): where its duration comes from.
+    pub fragment_index: Option<FragmentIndex>,
     pub reads: u32,
     pub bytes_read: u64,
+}
+
+/// The bodies of a fragmented file's `mfra` box and of the last `moof` it
+/// points to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FragmentIndex {
+    pub mfra: Vec<u8>,
+    pub last_moof: Vec<u8>,
 }
 
 /// A box header: its type, where its body starts and where it ends.
@@ -133,6 +144,81 @@ fn parse_header(bytes: &[u8]) -> Result<Option<BoxHeader>, BmffError> {
     }))
 }
 
+/// A ranged read that must return exactly the bytes asked for, counted.
+async fn read<S: RangeSource + ?Sized>(
+    source: &S,
+    range: Range<u64>,
+    found: &mut MovieBoxes,
+) -> Result<Vec<u8>, BmffError> {
+    let bytes = source
+        .read_range(range.clone())
+        .await
+        .map_err(|message| BmffError::Read {
+            start: range.start,
+            end: range.end,
+            message,
+        })?;
+    if bytes.len() as u64 != range.end - range.start {
+        return Err(BmffError::Read {
+            start: range.start,
+            end: range.end,
+            message: format!("got {} bytes", bytes.len()),
+        });
+    }
+    found.reads += 1;
+    found.bytes_read += bytes.len() as u64;
+    Ok(bytes)
+}
+
+/// Reads a fragmented file's index from its end: `mfro` (the last 16
+/// bytes) gives the size of `mfra`, whose `tfra` entries give the offset of
+/// the last `moof`. Three small reads. `None` when the file has no index or
+/// it does not add up: the index is optional, and the duration then stays
+/// unknown.
+async fn read_fragment_index<S: RangeSource + ?Sized>(
+    source: &S,
+    size: u64,
+    found: &mut MovieBoxes,
+) -> Option<FragmentIndex> {
+    if size < 16 {
+        return None;
+    }
+    let tail = read(source, size - 16..size, found).await.ok()?;
+    if &tail[0..8] != b"\0\0\0\x10mfro" {
+        return None;
+    }
+    let mfra_size = u32::from_be_bytes(tail[12..16].try_into().unwrap()) as u64;
+    if !(16..=size.min(MAX_MOOV_BYTES)).contains(&mfra_size) {
+        return None;
+    }
+    let mfra = read(source, size - mfra_size..size, found).await.ok()?;
+    let header = parse_header(&mfra).ok()??;
+    if &header.kind != b"mfra" || header.size != Some(mfra_size) {
+        return None;
+    }
+    let mfra = mfra[header.header_len as usize..].to_vec();
+    let at = last_moof_offset(&mfra)?;
+    if at >= size - mfra_size {
+        return None;
+    }
+    let window = read(source, at..size.min(at + WINDOW_BYTES), found)
+        .await
+        .ok()?;
+    let header = parse_header(&window).ok()??;
+    let moof_size = header.size?;
+    if &header.kind != b"moof" || moof_size > MAX_MOOV_BYTES || moof_size > size - at {
+        return None;
+    }
+    let last_moof = if moof_size <= window.len() as u64 {
+        window[header.header_len as usize..moof_size as usize].to_vec()
+    } else {
+        read(source, at + header.header_len..at + moof_size, found)
+            .await
+            .ok()?
+    };
+    Some(FragmentIndex { mfra, last_moof })
+}
+
 /// Finds `ftyp` and `moov` among the top-level boxes of a source of `size`
 /// bytes. `start` is the source's first bytes if the caller already has
 /// them (it saves a read).
@@ -148,31 +234,6 @@ pub async fn locate_movie<S: RangeSource + ?Sized>(
     let mut offset = 0u64;
     let mut boxes = 0usize;
     let mut mdat = false;
-
-    async fn read<S: RangeSource + ?Sized>(
-        source: &S,
-        range: Range<u64>,
-        found: &mut MovieBoxes,
-    ) -> Result<Vec<u8>, BmffError> {
-        let bytes = source
-            .read_range(range.clone())
-            .await
-            .map_err(|message| BmffError::Read {
-                start: range.start,
-                end: range.end,
-                message,
-            })?;
-        if bytes.len() as u64 != range.end - range.start {
-            return Err(BmffError::Read {
-                start: range.start,
-                end: range.end,
-                message: format!("got {} bytes", bytes.len()),
-            });
-        }
-        found.reads += 1;
-        found.bytes_read += bytes.len() as u64;
-        Ok(bytes)
-    }
 
     while offset < size {
         boxes += 1;
@@ -255,6 +316,9 @@ pub async fn locate_movie<S: RangeSource + ?Sized>(
             "no 'moov' box: the file has no movie header (an unfinished recording or upload?)"
                 .into(),
         ));
+    }
+    if found.fragments > 0 {
+        found.fragment_index = read_fragment_index(source, size, &mut found).await;
     }
     Ok(found)
 }
@@ -346,6 +410,9 @@ pub struct TrackInfo {
     pub samples: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub language: Option<String>,
+    /// Ticks per second of the track's media times (`mdhd`).
+    #[serde(skip)]
+    pub timescale: u32,
 }
 
 impl MovieInfo {
@@ -467,6 +534,215 @@ fn children<'a>(bytes: &'a [u8], parent: &str) -> Result<Vec<Child<'a>>, BmffErr
 
 fn child<'a>(boxes: &[Child<'a>], kind: &[u8; 4]) -> Option<&'a [u8]> {
     boxes.iter().find(|(k, _)| k == kind).map(|(_, body)| *body)
+}
+
+/// Turns what [`locate_movie`] found into a [`MovieInfo`]. Pure. A
+/// fragmented file whose `moov` gives no duration gets each track's from
+/// its last fragment: that fragment's start plus its samples' durations.
+pub fn parse_boxes(boxes: &MovieBoxes) -> Result<MovieInfo, BmffError> {
+    let mut movie = parse_movie(boxes.ftyp.as_deref(), &boxes.moov, boxes.fragments)?;
+    let Some(index) = &boxes.fragment_index else {
+        return Ok(movie);
+    };
+    let defaults = sample_duration_defaults(&boxes.moov);
+    let ends = fragment_end_ticks(index, &defaults);
+    for track in &mut movie.tracks {
+        if let (None, Some(&end), true) = (track.duration, ends.get(&track.id), track.timescale > 0)
+        {
+            track.duration = Some(seconds(end, track.timescale));
+        }
+    }
+    if movie.duration.is_none() {
+        movie.duration = movie
+            .tracks
+            .iter()
+            .filter_map(|t| t.duration)
+            .fold(None, |max: Option<f64>, d| {
+                Some(max.map_or(d, |m| m.max(d)))
+            });
+    }
+    Ok(movie)
+}
+
+/// Each track's default sample duration from `moov/mvex/trex`.
+fn sample_duration_defaults(moov: &[u8]) -> std::collections::HashMap<u32, u32> {
+    let mut defaults = std::collections::HashMap::new();
+    let Ok(boxes) = children(moov, "moov") else {
+        return defaults;
+    };
+    let Some(Ok(mvex)) = child(&boxes, b"mvex").map(|m| children(m, "mvex")) else {
+        return defaults;
+    };
+    for (kind, trex) in mvex {
+        if &kind == b"trex" && trex.len() >= 16 {
+            let id = u32::from_be_bytes(trex[4..8].try_into().unwrap());
+            let duration = u32::from_be_bytes(trex[12..16].try_into().unwrap());
+            defaults.insert(id, duration);
+        }
+    }
+    defaults
+}
+
+/// The `tfra` boxes of an `mfra` body: per track, its (time, moof offset)
+/// entries. Lenient: a `tfra` that does not add up is left out.
+fn parse_tfra(mfra: &[u8]) -> Vec<(u32, Vec<(u64, u64)>)> {
+    let Ok(boxes) = children(mfra, "mfra") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (kind, body) in boxes {
+        if &kind != b"tfra" {
+            continue;
+        }
+        let mut cursor = Cursor::new(body, "tfra");
+        let parsed = (|| -> Result<(u32, Vec<(u64, u64)>), BmffError> {
+            let version = cursor.version()?;
+            let track = cursor.u32("track id")?;
+            let sizes = cursor.u32("field sizes")?;
+            let count = cursor.u32("entry count")? as usize;
+            // Each entry: time and offset, then traf, trun and sample
+            // numbers of 1 to 4 bytes each.
+            let numbers: usize = [4, 2, 0]
+                .iter()
+                .map(|shift| ((sizes >> shift) & 3) as usize + 1)
+                .sum();
+            let entry = if version == 1 { 16 } else { 8 } + numbers;
+            if count > cursor.remaining() / entry {
+                return Err(BmffError::Malformed("tfra entries".into()));
+            }
+            let mut entries = Vec::with_capacity(count);
+            for _ in 0..count {
+                let (time, offset) = if version == 1 {
+                    (cursor.u64("time")?, cursor.u64("moof offset")?)
+                } else {
+                    (
+                        cursor.u32("time")? as u64,
+                        cursor.u32("moof offset")? as u64,
+                    )
+                };
+                cursor.skip(numbers, "entry numbers")?;
+                entries.push((time, offset));
+            }
+            Ok((track, entries))
+        })();
+        if let Ok(parsed) = parsed {
+            out.push(parsed);
+        }
+    }
+    out
+}
+
+/// The offset of the last `moof` the index names.
+fn last_moof_offset(mfra: &[u8]) -> Option<u64> {
+    parse_tfra(mfra)
+        .iter()
+        .flat_map(|(_, entries)| entries.iter().map(|&(_, offset)| offset))
+        .max()
+}
+
+/// Per track, where its last fragment ends, in the track's timescale: the
+/// fragment's decode time (`tfdt`, else the index's time for it) plus the
+/// durations of its samples (`trun`, else `tfhd`'s or `trex`'s default).
+fn fragment_end_ticks(
+    index: &FragmentIndex,
+    defaults: &std::collections::HashMap<u32, u32>,
+) -> std::collections::HashMap<u32, u64> {
+    let mut ends = std::collections::HashMap::new();
+    let Some(moof_at) = last_moof_offset(&index.mfra) else {
+        return ends;
+    };
+    let index_times: std::collections::HashMap<u32, u64> = parse_tfra(&index.mfra)
+        .into_iter()
+        .filter_map(|(track, entries)| {
+            let time = entries.iter().find(|&&(_, offset)| offset == moof_at)?.0;
+            Some((track, time))
+        })
+        .collect();
+    let Ok(boxes) = children(&index.last_moof, "moof") else {
+        return ends;
+    };
+    for (kind, traf) in boxes {
+        if &kind != b"traf" {
+            continue;
+        }
+        if let Ok(Some((track, end))) = traf_end(traf, defaults, &index_times) {
+            ends.insert(track, end);
+        }
+    }
+    ends
+}
+
+fn traf_end(
+    traf: &[u8],
+    defaults: &std::collections::HashMap<u32, u32>,
+    index_times: &std::collections::HashMap<u32, u64>,
+) -> Result<Option<(u32, u64)>, BmffError> {
+    let boxes = children(traf, "traf")?;
+    let Some(tfhd) = child(&boxes, b"tfhd") else {
+        return Ok(None);
+    };
+    let mut cursor = Cursor::new(tfhd, "tfhd");
+    let flags = cursor.u32("version and flags")? & 0xff_ffff;
+    let track = cursor.u32("track id")?;
+    if flags & 0x01 != 0 {
+        cursor.skip(8, "base data offset")?;
+    }
+    if flags & 0x02 != 0 {
+        cursor.skip(4, "sample description index")?;
+    }
+    let default_duration = if flags & 0x08 != 0 {
+        cursor.u32("default sample duration")?
+    } else {
+        defaults.get(&track).copied().unwrap_or(0)
+    };
+    let start = match child(&boxes, b"tfdt") {
+        Some(tfdt) => {
+            let mut cursor = Cursor::new(tfdt, "tfdt");
+            let version = cursor.version()?;
+            if version == 1 {
+                cursor.u64("base media decode time")?
+            } else {
+                cursor.u32("base media decode time")? as u64
+            }
+        }
+        None => match index_times.get(&track) {
+            Some(&time) => time,
+            None => return Ok(None),
+        },
+    };
+    let mut total = 0u64;
+    for (kind, trun) in &boxes {
+        if kind != b"trun" {
+            continue;
+        }
+        let mut cursor = Cursor::new(trun, "trun");
+        let flags = cursor.u32("version and flags")? & 0xff_ffff;
+        let count = cursor.u32("sample count")? as usize;
+        if flags & 0x01 != 0 {
+            cursor.skip(4, "data offset")?;
+        }
+        if flags & 0x04 != 0 {
+            cursor.skip(4, "first sample flags")?;
+        }
+        let fields = [0x100, 0x200, 0x400, 0x800]
+            .iter()
+            .filter(|&&f| flags & f != 0)
+            .count();
+        if count > 0 && fields > 0 && count > cursor.remaining() / (4 * fields) {
+            return Err(BmffError::Malformed("trun sample count".into()));
+        }
+        if flags & 0x100 == 0 {
+            // Every sample lasts the default: no loop over a lying count.
+            total = total.saturating_add(count as u64 * default_duration as u64);
+            continue;
+        }
+        for _ in 0..count {
+            let duration = cursor.u32("sample duration")?;
+            cursor.skip(4 * (fields - 1), "sample fields")?;
+            total = total.saturating_add(duration as u64);
+        }
+    }
+    Ok(Some((track, start.saturating_add(total))))
 }
 
 /// Turns the `ftyp` and `moov` bodies into a [`MovieInfo`]. Pure.
@@ -610,6 +886,7 @@ fn parse_track(trak: &[u8]) -> Result<TrackInfo, BmffError> {
         bitrate: None,
         samples: 0,
         language,
+        timescale,
     };
     if track.kind == "video" {
         track.rotation = rotation(&matrix);
@@ -1006,7 +1283,7 @@ mod tests {
 
     async fn info_of(bytes: &[u8]) -> Result<(MovieInfo, MovieBoxes), BmffError> {
         let boxes = locate_movie(bytes, bytes.len() as u64, &[]).await?;
-        let info = parse_movie(boxes.ftyp.as_deref(), &boxes.moov, boxes.fragments)?;
+        let info = parse_boxes(&boxes)?;
         Ok((info, boxes))
     }
 
@@ -1175,6 +1452,37 @@ mod tests {
         // HE-AAC's escape: AOT 31 + 6 bits.
         let config = audio_specific_config(0x40, &[0b1111_1000, 0b0010_0000, 0, 0]);
         assert_eq!(config.codecs, "mp4a.40.33");
+    }
+
+    #[test]
+    fn a_fragment_ends_at_its_decode_time_plus_its_samples() {
+        let tfhd = bx(b"tfhd", &be32(&[0x08, 1, 512])); // default duration 512
+        let tfdt = bx(b"tfdt", &full(0, &be32(&[25_600])));
+        // Two samples with their own durations, then a run of defaults.
+        let trun = bx(b"trun", &be32(&[0x100, 2, 1000, 1024]));
+        let defaults_run = bx(b"trun", &be32(&[0, 3]));
+        let traf = [tfhd.clone(), tfdt.clone(), trun, defaults_run].concat();
+        let none = std::collections::HashMap::new();
+        let no_times = std::collections::HashMap::new();
+        assert_eq!(
+            traf_end(&traf, &none, &no_times).unwrap(),
+            Some((1, 25_600 + 1000 + 1024 + 3 * 512))
+        );
+        // A count of four billion samples and no per-sample fields: one
+        // multiplication, not four billion turns of a loop.
+        let lying = [
+            tfhd.clone(),
+            tfdt.clone(),
+            bx(b"trun", &be32(&[0, u32::MAX])),
+        ]
+        .concat();
+        assert_eq!(
+            traf_end(&lying, &none, &no_times).unwrap(),
+            Some((1, 25_600 + u32::MAX as u64 * 512))
+        );
+        // Per-sample fields the box does not hold.
+        let short = [tfhd, tfdt, bx(b"trun", &be32(&[0x300, 1000, 1]))].concat();
+        assert!(traf_end(&short, &none, &no_times).is_err());
     }
 
     fn find(haystack: &[u8], needle: &[u8]) -> usize {

@@ -240,3 +240,29 @@ async fn a_rotated_clip_reports_its_rotation_and_coded_size() {
     );
     assert_eq!(video["rotation"], 90, "{video}");
 }
+
+#[tokio::test]
+async fn a_fragmented_mp4_is_marked_so_with_its_tracks() {
+    let p = pipeline("{}").await;
+    let bytes = std::fs::read(av_clip(
+        "fragmented.mp4",
+        "320x240",
+        25,
+        2,
+        // A keyframe a second: two fragments.
+        &["-g", "25", "-movflags", "+frag_keyframe+empty_moov"],
+    ))
+    .unwrap();
+    let (job, probe) = run_probe(&p, "clips/frag.mp4", &bytes).await;
+    assert_eq!(job.outcome, Outcome::Ran, "{job:?}");
+    let probe = probe.unwrap();
+    assert_eq!(probe["fragmented"], true);
+    // From the last fragment, found through the index at the file's end.
+    assert!(close(&probe["duration"], 2.0, 0.05), "{probe:#}");
+    assert!(
+        close(&track(&probe, "video")["duration"], 2.0, 0.05),
+        "{probe:#}"
+    );
+    assert_eq!(track(&probe, "video")["codec"], "avc1");
+    assert_eq!(track(&probe, "audio")["codecs"], "mp4a.40.2");
+}

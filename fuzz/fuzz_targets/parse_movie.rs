@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mediaonce::bmff::{locate_movie, parse_movie, RangeSource};
+use mediaonce::bmff::{locate_movie, parse_boxes, RangeSource};
 
 /// A file whose reads are checked against its size.
 struct Checked<'a>(&'a [u8]);
@@ -21,6 +21,6 @@ fuzz_target!(|data: &[u8]| {
     let start = &data[..data.len().min(if data.len() % 2 == 0 { 4096 } else { 0 })];
     let found = futures::executor::block_on(locate_movie(&Checked(data), data.len() as u64, start));
     if let Ok(boxes) = found {
-        let _ = parse_movie(boxes.ftyp.as_deref(), &boxes.moov, boxes.fragments);
+        let _ = parse_boxes(&boxes);
     }
 });

@@ -547,7 +547,7 @@ async fn read_movie(path: &Path) -> Result<bmff::MovieInfo, StepError> {
     let boxes = bmff::locate_movie(&file, size, &[])
         .await
         .map_err(unreadable)?;
-    bmff::parse_movie(boxes.ftyp.as_deref(), &boxes.moov, boxes.fragments).map_err(unreadable)
+    bmff::parse_boxes(&boxes).map_err(unreadable)
 }
 
 /// Runs ffmpeg to completion, logging its progress; kills it

@@ -195,7 +195,7 @@ pub async fn probe(input: &JobInput, params: ProbeParams) -> Result<ProbeReport,
         let boxes = bmff::locate_movie(input, size, &start)
             .await
             .map_err(|e| StepError::Failed(format!("unreadable MP4/MOV: {e}")))?;
-        let movie = bmff::parse_movie(boxes.ftyp.as_deref(), &boxes.moov, boxes.fragments)
+        let movie = bmff::parse_boxes(&boxes)
             .map_err(|e| StepError::Failed(format!("unreadable MP4/MOV: {e}")))?;
         if sniffed.content_type == "application/octet-stream" {
             // A QuickTime file from before `ftyp` existed.
