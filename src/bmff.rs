@@ -536,6 +536,16 @@ fn child<'a>(boxes: &[Child<'a>], kind: &[u8; 4]) -> Option<&'a [u8]> {
     boxes.iter().find(|(k, _)| k == kind).map(|(_, body)| *body)
 }
 
+/// Reads a movie from a source of `size` bytes whose first bytes, if the
+/// caller has them, are `start`: [`locate_movie`], then [`parse_boxes`].
+pub async fn read_movie<S: RangeSource + ?Sized>(
+    source: &S,
+    size: u64,
+    start: &[u8],
+) -> Result<MovieInfo, BmffError> {
+    parse_boxes(&locate_movie(source, size, start).await?)
+}
+
 /// Turns what [`locate_movie`] found into a [`MovieInfo`]. Pure. A
 /// fragmented file whose `moov` gives no duration gets each track's from
 /// its last fragment: that fragment's start plus its samples' durations.

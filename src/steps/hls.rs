@@ -544,10 +544,7 @@ async fn read_movie(path: &Path) -> Result<bmff::MovieInfo, StepError> {
         .metadata()
         .map_err(|e| StepError::Failed(e.to_string()))?
         .len();
-    let boxes = bmff::locate_movie(&file, size, &[])
-        .await
-        .map_err(unreadable)?;
-    bmff::parse_boxes(&boxes).map_err(unreadable)
+    bmff::read_movie(&file, size, &[]).await.map_err(unreadable)
 }
 
 /// Runs ffmpeg to completion, logging its progress; kills it
@@ -606,10 +603,7 @@ async fn run_ffmpeg(
         }
         progress
     };
-    let run = async {
-        let (progress, status) = tokio::join!(progress, child.wait());
-        (progress, status)
-    };
+    let run = async { tokio::join!(progress, child.wait()) };
     let outcome = match stop_at {
         Some(stop_at) => tokio::time::timeout_at(stop_at, run).await.ok(),
         None => Some(run.await),

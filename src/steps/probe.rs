@@ -47,7 +47,6 @@ pub struct ProbeReport {
 impl ProbeReport {
     fn new(
         head: &ObjectHead,
-        size: u64,
         sha256: Option<String>,
         sha256_source: Option<Sha256Source>,
         sniffed: Sniffed,
@@ -57,7 +56,7 @@ impl ProbeReport {
             bucket: head.bucket.clone(),
             key: head.key.clone(),
             version_id: head.version_id.clone(),
-            size,
+            size: head.size,
             sha256,
             sha256_source,
             content_type: sniffed.content_type,
@@ -192,10 +191,8 @@ pub async fn probe(input: &JobInput, params: ProbeParams) -> Result<ProbeReport,
     let start = input.read_range(0..size.min(SNIFF_BYTES)).await?;
     let mut sniffed = sniff(&start);
     let movie = if bmff::looks_like_movie(&start) {
-        let boxes = bmff::locate_movie(input, size, &start)
+        let movie = bmff::read_movie(input, size, &start)
             .await
-            .map_err(|e| StepError::Failed(format!("unreadable MP4/MOV: {e}")))?;
-        let movie = bmff::parse_boxes(&boxes)
             .map_err(|e| StepError::Failed(format!("unreadable MP4/MOV: {e}")))?;
         if sniffed.content_type == "application/octet-stream" {
             // A QuickTime file from before `ftyp` existed.
@@ -235,7 +232,6 @@ pub async fn probe(input: &JobInput, params: ProbeParams) -> Result<ProbeReport,
     };
     Ok(ProbeReport::new(
         &input.head,
-        size,
         sha256,
         sha256_source,
         sniffed,

@@ -7,9 +7,8 @@ use std::process::Command;
 
 /// The ffmpeg the tests make clips with, and hls-package runs by default.
 pub fn ffmpeg() -> PathBuf {
-    let path = std::env::var_os("MEDIAONCE_FFMPEG")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("ffmpeg"));
+    // Found as the step finds it: MEDIAONCE_FFMPEG, else PATH.
+    let path = mediaonce::steps::hls::HlsPackage::from_env().ffmpeg;
     let found = Command::new(&path)
         .arg("-version")
         .output()
