@@ -8,13 +8,17 @@ SHELL := /bin/bash
 EMULATORS := scripts/emulators.sh
 # The SDK reaches the emulators only through the standard AWS_* variables.
 WITH_EMULATORS = eval "$$($(EMULATORS) env)" &&
+# The tests run the pinned ffmpeg (imageio-ffmpeg's static 7.0.2, the build
+# the SAM layer ships) unless MEDIAONCE_FFMPEG names another.
+WITH_FFMPEG = export MEDIAONCE_FFMPEG="$${MEDIAONCE_FFMPEG:-$$($(EMULATORS) ffmpeg)}" &&
 
 .PHONY: test demo lint lambda media-tools emulators emulators-stop clean-emulators
 
-## test: start the emulators (if they are not up) and run every test; the
-## chaos soak (SOAK_UPLOADS, default 500) runs last and prints its counts
+## test: start the emulators (if they are not up) and run every test, every
+## test binary even when one fails; the chaos soak (SOAK_UPLOADS, default
+## 500) runs last and prints its counts
 test: emulators
-	$(WITH_EMULATORS) cargo test --all-targets -- --skip chaos_soak
+	$(WITH_EMULATORS) $(WITH_FFMPEG) cargo test --no-fail-fast --all-targets -- --skip chaos_soak
 	$(WITH_EMULATORS) cargo test --test soak -- --nocapture
 
 ## demo: a real pipeline on the emulators: upload, notify, claim, run, reuse
@@ -34,14 +38,11 @@ lambda:
 	$(EMULATORS) install
 	PATH="$$($(EMULATORS) bin):$$PATH" cargo lambda build --release --arm64 --bin bootstrap
 
-## media-tools: Debian's ffmpeg (and ffprobe), which the hls-package step
-## runs and the tests make their clips with
+## media-tools: the pinned ffmpeg (from PyPI's imageio-ffmpeg, into the
+## tools virtualenv; no root), which the tests make their clips with and
+## hls-package runs
 media-tools:
-	@command -v ffmpeg >/dev/null && command -v ffprobe >/dev/null || { \
-	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends ffmpeg; }
-	@ffmpeg -hide_banner -version | head -1
+	@$(WITH_FFMPEG) echo "MEDIAONCE_FFMPEG=$$MEDIAONCE_FFMPEG" && "$$MEDIAONCE_FFMPEG" -hide_banner -version | head -1
 
 emulators:
 	@$(EMULATORS) status || $(EMULATORS) start

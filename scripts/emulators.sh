@@ -8,6 +8,8 @@
 #   scripts/emulators.sh status         exit 0 when they answer
 #   scripts/emulators.sh python | bin   the virtualenv's python, its bin folder
 #                                       (it also holds cfn-lint and cargo-lambda)
+#   scripts/emulators.sh ffmpeg         the path of the pinned ffmpeg (imageio-ffmpeg's
+#                                       static build) that make test runs
 #
 # native: LocalStack from PyPI (no Docker) for S3 and SQS on :4566, and moto's
 #         server for DynamoDB on :4567 (LocalStack's DynamoDB needs a Java jar).
@@ -134,6 +136,23 @@ print_env() {
   fi
 }
 
+# The static ffmpeg that imageio-ffmpeg ships, by its path in the package
+# (not imageio_ffmpeg.get_ffmpeg_exe(), which would fall back to a system
+# ffmpeg and hide a missing binary).
+ffmpeg_path() {
+  local exe
+  exe=$("$venv/bin/python" -c '
+import pathlib, imageio_ffmpeg
+found = sorted((pathlib.Path(imageio_ffmpeg.__file__).parent / "binaries").glob("ffmpeg-linux-*"))
+print(found[0] if found else "")')
+  if [ -z "$exe" ]; then
+    echo "emulators: imageio-ffmpeg has no ffmpeg for $(uname -m) Linux" >&2
+    return 1
+  fi
+  [ -x "$exe" ] || chmod +x "$exe"
+  echo "$exe"
+}
+
 status() {
   curl -fsS -o /dev/null "http://127.0.0.1:$ls_port/_localstack/health" 2>/dev/null || return 1
   if [ "$(cat "$state/mode" 2>/dev/null || echo none)" = native ]; then
@@ -161,5 +180,6 @@ case "${1:-}" in
   status) status ;;
   python) install >&2; echo "$venv/bin/python" ;;
   bin) install >&2; echo "$venv/bin" ;;
+  ffmpeg) install >&2; ffmpeg_path ;;
   *) sed -n '2,16p' "$0"; exit 2 ;;
 esac

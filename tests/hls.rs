@@ -1,4 +1,4 @@
-//! `hls-package` with Debian's ffmpeg: a ladder into the job's prefix on the
+//! `hls-package` with the pinned ffmpeg: a ladder into the job's prefix on the
 //! emulators, playlists that parse with segment durations that fit, the same
 //! bytes from two runs, and the error cases.
 
@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::media::{av_clip, clip, ffmpeg, upright_phone_clip};
+use common::ts::read_segment;
 use common::{Options, Pipeline};
 use mediaonce::fingerprint::fingerprint;
 use mediaonce::handler::{JobReport, Outcome};
@@ -89,36 +90,14 @@ fn parse_attributes(text: &str) -> BTreeMap<String, String> {
     out
 }
 
-/// What ffprobe (from the same Debian package) says of a segment's video.
-fn video_stream(path: &Path) -> (String, u32, u32) {
-    let ffprobe = ffmpeg().with_file_name("ffprobe");
-    let ffprobe = if ffprobe.is_absolute() {
-        ffprobe
-    } else {
-        PathBuf::from("ffprobe")
-    };
-    let out = Command::new(ffprobe)
-        .args([
-            "-v",
-            "error",
-            "-select_streams",
-            "v:0",
-            "-show_entries",
-            "stream=codec_name,width,height",
-            "-of",
-            "csv=p=0",
-        ])
-        .arg(path)
-        .output()
-        .expect("run ffprobe");
-    let text = String::from_utf8(out.stdout).unwrap();
-    // MPEG-TS lists the stream once more under its program: the first line.
-    let parts: Vec<&str> = text.lines().next().unwrap_or_default().split(',').collect();
-    (
-        parts[0].to_string(),
-        parts[1].parse().unwrap(),
-        parts[2].parse().unwrap(),
-    )
+/// A segment's video codec and displayed size, read by the tests' own
+/// MPEG-TS reader; also checks that it carries AAC when `with_audio`.
+fn video_stream(bytes: &[u8], with_audio: bool) -> (String, u32, u32) {
+    let segment = read_segment(bytes);
+    assert!(segment.has_h264(), "{segment:?}");
+    assert_eq!(segment.has_aac(), with_audio, "{segment:?}");
+    let (width, height) = segment.video_size.expect("an H.264 stream has an SPS");
+    ("h264".to_string(), width, height)
 }
 
 async fn package(p: &Pipeline, key: &str, bytes: &[u8]) -> JobReport {
@@ -176,7 +155,6 @@ async fn a_ladder_lands_in_the_job_prefix_with_playlists_that_parse() {
         );
     }
 
-    let scratch = tempdir("a_ladder");
     for (rendition, size) in [("360p", (640, 360)), ("240p", (426, 240))] {
         let text =
             String::from_utf8(p.output(&format!("{prefix}{rendition}/index.m3u8")).await).unwrap();
@@ -196,13 +174,11 @@ async fn a_ladder_lands_in_the_job_prefix_with_playlists_that_parse() {
             }
             assert!(stored.contains(&format!("{rendition}/{uri}")));
         }
-        let segment = scratch.join(format!("{rendition}.ts"));
-        std::fs::write(
-            &segment,
-            p.output(&format!("{prefix}{rendition}/seg-00000.ts")).await,
-        )
-        .unwrap();
-        assert_eq!(video_stream(&segment), ("h264".to_string(), size.0, size.1));
+        let segment = p.output(&format!("{prefix}{rendition}/seg-00000.ts")).await;
+        assert_eq!(
+            video_stream(&segment, true),
+            ("h264".to_string(), size.0, size.1)
+        );
     }
 }
 
@@ -497,9 +473,11 @@ async fn a_rotated_clip_is_packaged_upright_by_its_displayed_height() {
         .collect();
     assert_eq!(resolutions, ["240x320", "180x240"], "{master}");
     for (rendition, width, height) in [("320p", 240, 320), ("240p", 180, 240)] {
-        let segment = step.scratch.join(format!("rotated-{rendition}.ts"));
-        std::fs::write(&segment, &files[&format!("job/{rendition}/seg-00000.ts")]).unwrap();
-        assert_eq!(video_stream(&segment), ("h264".to_string(), width, height));
+        let segment = &files[&format!("job/{rendition}/seg-00000.ts")];
+        assert_eq!(
+            video_stream(segment, true),
+            ("h264".to_string(), width, height)
+        );
     }
 }
 

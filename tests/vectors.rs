@@ -14,13 +14,15 @@ struct Vector {
     job_key: String,
 }
 
-/// `../shared/vectors/seed-job-keys.jsonl` beside the checkout, unless
-/// `MEDIAONCE_VECTORS` names another file.
+/// `tests/data/seed-job-keys.jsonl` (each line computed by the reference
+/// TypeScript implementation: an input hash, a recipe as written, its
+/// RFC 8785 form and its job key), unless `MEDIAONCE_VECTORS` names another
+/// file.
 pub fn vectors_path() -> PathBuf {
     std::env::var_os("MEDIAONCE_VECTORS")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/vectors/seed-job-keys.jsonl")
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/seed-job-keys.jsonl")
         })
 }
 

@@ -1,4 +1,5 @@
-//! Clips made by Debian's `ffmpeg` from its test sources (`testsrc` for
+//! Clips made by the pinned `ffmpeg` (`make test` points `MEDIAONCE_FFMPEG`
+//! at imageio-ffmpeg's static 7.0.2) from its test sources (`testsrc` for
 //! pictures, `sine` for sound), generated on first use into cargo's
 //! temporary directory for tests and reused after.
 
@@ -15,8 +16,8 @@ pub fn ffmpeg() -> PathBuf {
         .is_ok_and(|out| out.status.success());
     assert!(
         found,
-        "these tests need ffmpeg ({}): `apt-get install ffmpeg` (.ci/run does), \
-         or set MEDIAONCE_FFMPEG",
+        "these tests need ffmpeg ({}): run them through `make test`, which installs \
+         the pinned build, or set MEDIAONCE_FFMPEG to `scripts/emulators.sh ffmpeg`'s path",
         path.display()
     );
     path
@@ -89,13 +90,14 @@ pub fn av_clip(name: &str, size: &str, rate: u32, seconds: u32, extra: &[&str]) 
 
 /// A clip of picture and sound shown rotated: coded 320x240, with the track
 /// matrix of a phone held upright (a=0 b=1 c=-1 d=0, as iPhones write it;
-/// 90° clockwise on screen, so shown 240x320). ffmpeg 5.1 writes that
-/// matrix when stream-copying with its `rotate` tag at 270.
+/// 90° clockwise on screen, so shown 240x320). ffmpeg 7 writes that matrix
+/// when stream-copying an input given `-display_rotation -90` (degrees
+/// counter-clockwise).
 pub fn upright_phone_clip() -> PathBuf {
     let source = av_clip("landscape.mp4", "320x240", 24, 2, &[]);
     let source = source.display().to_string();
     clip(
         "upright-phone.mp4",
-        &["-i", &source, "-c", "copy", "-metadata:s:v:0", "rotate=270"],
+        &["-display_rotation:v:0", "-90", "-i", &source, "-c", "copy"],
     )
 }

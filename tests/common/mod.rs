@@ -37,6 +37,7 @@ use mediaonce::store::s3::S3Objects;
 use mediaonce::store::{GetError, HeadError, ObjectClient, ObjectRef, ObjectStore, PutError};
 
 pub mod media;
+pub mod ts;
 
 /// Counts DynamoDB calls made through a client (one per operation, not per
 /// retry attempt).
