@@ -410,6 +410,12 @@ pub struct TrackInfo {
     pub samples: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub language: Option<String>,
+    /// The first data reference (`minf/dinf/dref`) that points outside the
+    /// file: a `url `, `urn ` or `alis` entry without the self-contained
+    /// flag, and where it points. Such a track's samples live elsewhere
+    /// (another file, a URL), so no tool should be given it to read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub external_data: Option<String>,
     /// Ticks per second of the track's media times (`mdhd`).
     #[serde(skip)]
     pub timescale: u32,
@@ -424,6 +430,16 @@ impl MovieInfo {
     /// The first audio track, if any.
     pub fn audio(&self) -> Option<&TrackInfo> {
         self.tracks.iter().find(|t| t.kind == "audio")
+    }
+
+    /// The first track whose data is referenced outside the file, and
+    /// where: `track 2: 'url ' "file:///etc/passwd"`.
+    pub fn external_data(&self) -> Option<String> {
+        self.tracks.iter().find_map(|t| {
+            t.external_data
+                .as_ref()
+                .map(|reference| format!("track {}: {reference}", t.id))
+        })
     }
 }
 
@@ -896,6 +912,7 @@ fn parse_track(trak: &[u8]) -> Result<TrackInfo, BmffError> {
         bitrate: None,
         samples: 0,
         language,
+        external_data: None,
         timescale,
     };
     if track.kind == "video" {
@@ -909,6 +926,11 @@ fn parse_track(trak: &[u8]) -> Result<TrackInfo, BmffError> {
         return Ok(track);
     };
     let minf = children(minf, "trak/mdia/minf")?;
+    if let Some(dinf) = child(&minf, b"dinf") {
+        if let Some(dref) = child(&children(dinf, "trak/mdia/minf/dinf")?, b"dref") {
+            track.external_data = external_reference(dref)?;
+        }
+    }
     let Some(stbl) = child(&minf, b"stbl") else {
         return Ok(track);
     };
@@ -939,6 +961,45 @@ fn parse_track(trak: &[u8]) -> Result<TrackInfo, BmffError> {
         }
     }
     Ok(track)
+}
+
+/// The first entry of a `dref` (ISO/IEC 14496-12 8.7.2, QuickTime's data
+/// references) that is not self-contained (flag 1), with the location it
+/// names (`url `/`urn `: a NUL-terminated string; `alis`: a Mac alias,
+/// binary). `None` when every entry is in this file.
+fn external_reference(dref: &[u8]) -> Result<Option<String>, BmffError> {
+    let mut cursor = Cursor::new(dref, "dinf/dref");
+    cursor.version()?;
+    // Every entry present is looked at, whatever the count says: a reader
+    // that trusts a smaller count must still not be handed the others.
+    cursor.u32("entry count")?;
+    let entries = children(cursor.take(cursor.remaining(), "entries")?, "dinf/dref")?;
+    for (kind, body) in entries {
+        let mut cursor = Cursor::new(body, "dinf/dref entry");
+        cursor.u8("version")?;
+        let flags = cursor.take(3, "flags")?;
+        if flags[2] & 1 == 1 {
+            continue;
+        }
+        let location = match &kind {
+            b"url " | b"urn " => {
+                let text = cursor.take(cursor.remaining(), "location")?;
+                let text: Vec<&[u8]> = text.split(|&b| b == 0).filter(|t| !t.is_empty()).collect();
+                let shown: Vec<String> = text
+                    .iter()
+                    .map(|t| format!("{:?}", String::from_utf8_lossy(&t[..t.len().min(200)])))
+                    .collect();
+                shown.join(" ")
+            }
+            _ => format!("{} bytes", body.len().saturating_sub(4)),
+        };
+        return Ok(Some(
+            format!("'{}' {location}", fourcc(&kind))
+                .trim_end()
+                .to_string(),
+        ));
+    }
+    Ok(None)
 }
 
 /// The ISO 639-2/T code packed in three 5-bit letters; `und` is no answer.
@@ -1289,6 +1350,32 @@ mod tests {
         } else {
             [ftyp, moov, mdat].concat()
         }
+    }
+
+    #[test]
+    fn data_references_outside_the_file_are_named() {
+        let dref = |entries: &[Vec<u8>]| {
+            full(
+                0,
+                &[be32(&[entries.len() as u32]), entries.concat()].concat(),
+            )
+        };
+        let url =
+            |flags: u8, location: &[u8]| bx(b"url ", &[&[0, 0, 0, flags][..], location].concat());
+        assert_eq!(external_reference(&dref(&[url(1, b"")])).unwrap(), None);
+        assert_eq!(
+            external_reference(&dref(&[url(1, b""), url(0, b"file:///etc/passwd\0")])).unwrap(),
+            Some("'url ' \"file:///etc/passwd\"".into())
+        );
+        let alias = bx(b"alis", &[0, 0, 0, 0, 1, 2, 3]);
+        assert_eq!(
+            external_reference(&dref(&[alias])).unwrap(),
+            Some("'alis' 3 bytes".into())
+        );
+        let self_alias = bx(b"alis", &[0, 0, 0, 1]);
+        assert_eq!(external_reference(&dref(&[self_alias])).unwrap(), None);
+        // An entry shorter than its flags is malformed, not waved through.
+        assert!(external_reference(&dref(&[bx(b"url ", &[0])])).is_err());
     }
 
     async fn info_of(bytes: &[u8]) -> Result<(MovieInfo, MovieBoxes), BmffError> {

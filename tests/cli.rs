@@ -74,8 +74,7 @@ fn bad_recipes_exit_2_naming_the_problem() {
 #[test]
 fn jsonl_prints_one_key_per_line_in_order() {
     let vectors = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/data/seed-job-keys.jsonl"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/seed-job-keys.jsonl"),
     )
     .expect("reference vectors");
     let expected: Vec<String> = vectors

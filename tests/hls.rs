@@ -5,8 +5,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use common::media::{av_clip, clip, ffmpeg, upright_phone_clip};
 use common::ts::read_segment;
@@ -361,6 +360,129 @@ async fn run_direct(
         .into_iter()
         .map(|k| (k.clone(), objects.bytes("out", &k).unwrap()))
         .collect())
+}
+
+/// A stand-in ffmpeg: a script that writes its own environment (as the
+/// kernel holds it, `/proc/self/environ`) and its arguments into `record`,
+/// then runs the real ffmpeg with the same arguments. Paths are written
+/// into the script: it gets no environment to find them in.
+fn recording_ffmpeg(dir: &std::path::Path) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let record = dir.join("record");
+    let script = dir.join("ffmpeg");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n\
+             mkdir -p '{record}'\n\
+             tr '\\000' '\\n' < /proc/$$/environ > '{record}/environ'\n\
+             printf '%s\\n' \"$@\" > '{record}/args'\n\
+             exec '{real}' \"$@\"\n",
+            record = record.display(),
+            real = ffmpeg().display(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (script, record)
+}
+
+#[tokio::test]
+async fn ffmpeg_gets_no_credentials_and_reads_only_the_local_movie() {
+    let tools = tempdir("recording_ffmpeg");
+    let (script, record) = recording_ffmpeg(&tools);
+    let step = HlsPackage {
+        ffmpeg: script,
+        ..step_in("recorded")
+    };
+    // The parent has credentials to hide (make test exports the emulators').
+    let secrets: Vec<String> = std::env::vars()
+        .map(|(name, _)| name)
+        .filter(|name| name.starts_with("AWS_"))
+        .collect();
+    let bytes = std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap();
+    let files = run_direct(
+        &step,
+        &bytes,
+        serde_json::json!({"ladder": [144], "preset": "ultrafast"}),
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(files.contains_key("job/master.m3u8"), "{:?}", files.keys());
+
+    let environ = std::fs::read_to_string(record.join("environ")).unwrap();
+    let mut names: Vec<&str> = environ
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(name, _)| name))
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["LANG", "PATH", "TMPDIR"],
+        "{environ} (parent had {secrets:?})"
+    );
+    assert!(environ.contains("LANG=C\n"), "{environ}");
+    // TMPDIR is the job's own scratch directory, removed after the step.
+    let tmpdir = environ
+        .lines()
+        .find_map(|l| l.strip_prefix("TMPDIR="))
+        .unwrap();
+    assert!(
+        tmpdir.starts_with(&step.scratch.join("mediaonce-direct").display().to_string()),
+        "{tmpdir}"
+    );
+    assert!(!std::path::Path::new(tmpdir).exists());
+
+    let args: Vec<String> = std::fs::read_to_string(record.join("args"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let input = args.iter().position(|a| a == "-i").unwrap();
+    assert_eq!(
+        args[input - 4..input],
+        ["-protocol_whitelist", "file", "-f", "mov"],
+        "{args:?}"
+    );
+    assert!(args[input + 1].ends_with("/input"), "{args:?}");
+}
+
+/// Clears the self-contained flag of the first `url ` data reference in a
+/// movie's `dref`, as a QuickTime file whose media lives elsewhere has it.
+fn with_external_data_reference(mut movie: Vec<u8>) -> Vec<u8> {
+    let dref = movie.windows(4).position(|w| w == b"dref").expect("a dref");
+    let url = dref + movie[dref..].windows(4).position(|w| w == b"url ").unwrap();
+    // Type, then version (1 byte) and flags (3 bytes): flags 1 → 0.
+    assert_eq!(movie[url + 4..url + 8], [0, 0, 0, 1]);
+    movie[url + 7] = 0;
+    movie
+}
+
+#[tokio::test]
+async fn a_movie_with_external_data_is_refused_before_ffmpeg_runs() {
+    let tools = tempdir("external_ref_ffmpeg");
+    let (script, record) = recording_ffmpeg(&tools);
+    let step = HlsPackage {
+        ffmpeg: script,
+        ..step_in("external_ref")
+    };
+    let bytes = std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap();
+    let err = run_direct(
+        &step,
+        &with_external_data_reference(bytes),
+        serde_json::json!({"ladder": [144], "preset": "ultrafast"}),
+        None,
+    )
+    .await
+    .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("refuses a movie whose data is outside the file (track 1: 'url ')"),
+        "{message}"
+    );
+    assert!(!record.exists(), "ffmpeg ran");
+    assert_eq!(std::fs::read_dir(&step.scratch).unwrap().count(), 0);
 }
 
 #[tokio::test]

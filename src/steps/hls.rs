@@ -240,6 +240,13 @@ pub fn ffmpeg_args(
         "-nostats",
         "-progress",
         "pipe:1",
+        // The upload is untrusted: read it only as the MP4/MOV that bmff
+        // accepted (no probing into HLS or concat playlists, which name
+        // other files and URLs), and open nothing but local files.
+        "-protocol_whitelist",
+        "file",
+        "-f",
+        "mov",
         "-i",
     ]
     .iter()
@@ -500,6 +507,12 @@ impl Step for HlsPackage {
         input.spool_to(&input_path).await?;
 
         let movie = read_movie(&input_path).await?;
+        if let Some(reference) = movie.external_data() {
+            return Err(StepError::Failed(format!(
+                "hls-package refuses a movie whose data is outside the file ({reference}): \
+                 ffmpeg would be asked to open it"
+            )));
+        }
         let Some(video) = movie.video() else {
             return Err(StepError::Failed(
                 "hls-package needs a video track; the input has none".into(),
@@ -526,6 +539,7 @@ impl Step for HlsPackage {
         run_ffmpeg(
             &self.ffmpeg,
             &args,
+            &dir,
             movie.duration,
             context.deadline_ms,
             context.job_key,
@@ -547,11 +561,28 @@ async fn read_movie(path: &Path) -> Result<bmff::MovieInfo, StepError> {
     bmff::read_movie(&file, size, &[]).await.map_err(unreadable)
 }
 
-/// Runs ffmpeg to completion, logging its progress; kills it
-/// [`STOP_BEFORE_DEADLINE`] before the deadline.
+/// The environment ffmpeg gets: nothing of the function's (its AWS
+/// credentials above all, which an input-driven file read of
+/// `/proc/self/environ` would otherwise expose), only a `PATH`, the job's
+/// scratch directory as `TMPDIR`, and the C locale.
+pub fn ffmpeg_env(scratch: &Path) -> Vec<(&'static str, std::ffi::OsString)> {
+    vec![
+        (
+            "PATH",
+            std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
+        ),
+        ("TMPDIR", scratch.as_os_str().to_owned()),
+        ("LANG", "C".into()),
+    ]
+}
+
+/// Runs ffmpeg to completion in a cleared environment ([`ffmpeg_env`]),
+/// logging its progress; kills it [`STOP_BEFORE_DEADLINE`] before the
+/// deadline.
 async fn run_ffmpeg(
     ffmpeg: &Path,
     args: &[String],
+    scratch: &Path,
     duration: Option<f64>,
     deadline_ms: Option<u64>,
     job_key: &str,
@@ -564,6 +595,9 @@ async fn run_ffmpeg(
     });
     let mut child = tokio::process::Command::new(ffmpeg)
         .args(args)
+        .env_clear()
+        .envs(ffmpeg_env(scratch))
+        .current_dir(scratch)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -749,6 +783,8 @@ mod tests {
         assert!(joined.contains("-hls_time 2 "));
         assert!(joined.contains("-var_stream_map v:0,a:0,name:720p v:1,a:1,name:360p"));
         assert!(joined.ends_with("/s/out/%v/index.m3u8"));
+        // The input is read as MP4/MOV from a local file, nothing else.
+        assert!(joined.contains("-protocol_whitelist file -f mov -i /s/in "));
         let silent = ffmpeg_args(&p, &r, false, Path::new("/s/in"), Path::new("/s/out"));
         assert!(!silent.iter().any(|a| a == "0:a:0"));
         assert!(silent.join(" ").contains("v:0,name:720p v:1,name:360p"));

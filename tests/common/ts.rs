@@ -260,7 +260,11 @@ fn sps_size(rbsp: &[u8]) -> (u32, u32) {
     if b.bit() == 1 {
         let (left, right, top, bottom) = (b.ue(), b.ue(), b.ue(), b.ue());
         // 4:2:0 and 4:2:2 halve the chroma width; 4:2:0 its height too.
-        let unit_x = if chroma_format == 1 || chroma_format == 2 { 2 } else { 1 };
+        let unit_x = if chroma_format == 1 || chroma_format == 2 {
+            2
+        } else {
+            1
+        };
         let unit_y = (if chroma_format == 1 { 2 } else { 1 }) * (2 - frame_mbs_only);
         crop_x = (left + right) * unit_x;
         crop_y = (top + bottom) * unit_y;
