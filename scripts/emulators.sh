@@ -42,7 +42,7 @@ find_python() {
 
 install() {
   local want have=""
-  want=$(sha256sum "$here/requirements-emulators.txt" | cut -c1-64)
+  want=$(cat "$here/requirements-emulators.txt" "$here/../layers/ffmpeg/requirements.txt" | sha256sum | cut -c1-64)
   [ -f "$venv/.requirements" ] && have=$(cat "$venv/.requirements")
   if [ "$want" = "$have" ] && [ -x "$venv/bin/python" ]; then
     echo "emulators: virtualenv up to date ($venv)"

@@ -19,6 +19,7 @@ pub const ENV_LEASE_SECS: &str = "MEDIAONCE_LEASE_SECS";
 pub const ENV_MAX_ATTEMPTS: &str = "MEDIAONCE_MAX_ATTEMPTS";
 pub const ENV_DEADLINE_MARGIN_SECS: &str = "MEDIAONCE_DEADLINE_MARGIN_SECS";
 pub const ENV_MAX_PIXELS: &str = "MEDIAONCE_MAX_PIXELS";
+pub const ENV_EXPECTED_BUCKET_OWNER: &str = "MEDIAONCE_EXPECTED_BUCKET_OWNER";
 
 pub const DEFAULT_OUTPUT_PREFIX: &str = "derived/";
 pub const DEFAULT_RECIPES: &str = r#"[{"step":"probe","version":1,"params":{}}]"#;
@@ -82,6 +83,9 @@ pub struct Config {
     pub deadline_margin: Duration,
     /// Images declaring more pixels are refused before decoding.
     pub max_pixels: u64,
+    /// The account that must own every bucket mediaonce reads or writes
+    /// (S3's `ExpectedBucketOwner` on each call); `None`: not checked.
+    pub expected_bucket_owner: Option<String>,
 }
 
 impl Config {
@@ -130,6 +134,19 @@ impl Config {
         if lease.fixed.is_zero() {
             return Err(invalid(ENV_LEASE_SECS, "must be more than 0"));
         }
+        let expected_bucket_owner = get(ENV_EXPECTED_BUCKET_OWNER)
+            .map(|account| {
+                let account = account.trim().to_string();
+                if account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit()) {
+                    Ok(account)
+                } else {
+                    Err(invalid(
+                        ENV_EXPECTED_BUCKET_OWNER,
+                        format!("must be a 12-digit AWS account id, got {account:?}"),
+                    ))
+                }
+            })
+            .transpose()?;
         Ok(Config {
             table,
             output_bucket: get(ENV_OUTPUT_BUCKET),
@@ -139,6 +156,7 @@ impl Config {
             lease,
             max_attempts,
             max_pixels: positive(ENV_MAX_PIXELS, get(ENV_MAX_PIXELS), DEFAULT_MAX_PIXELS)?,
+            expected_bucket_owner,
             deadline_margin: seconds(
                 ENV_DEADLINE_MARGIN_SECS,
                 get(ENV_DEADLINE_MARGIN_SECS),
@@ -302,6 +320,7 @@ mod tests {
         assert_eq!(c.max_attempts, 3);
         assert_eq!(c.max_pixels, 100_000_000);
         assert_eq!(c.deadline_margin, Duration::from_secs(5));
+        assert_eq!(c.expected_bucket_owner, None);
     }
 
     #[test]
@@ -315,6 +334,14 @@ mod tests {
         assert_eq!(e.variable, ENV_OUTPUT_PREFIX);
         let e = config(&[(ENV_TABLE, "t"), (ENV_LEASE_SECS, "soon")]).unwrap_err();
         assert_eq!(e.variable, ENV_LEASE_SECS);
+        let e = config(&[(ENV_TABLE, "t"), (ENV_EXPECTED_BUCKET_OWNER, "12345")]).unwrap_err();
+        assert_eq!(e.variable, ENV_EXPECTED_BUCKET_OWNER);
+        let c = config(&[
+            (ENV_TABLE, "t"),
+            (ENV_EXPECTED_BUCKET_OWNER, "123456789012"),
+        ])
+        .unwrap();
+        assert_eq!(c.expected_bucket_owner.as_deref(), Some("123456789012"));
         let e = config(&[
             (ENV_TABLE, "t"),
             (ENV_RECIPES, r#"[{"step":"nope","version":1,"params":{}}]"#),

@@ -119,7 +119,10 @@ impl App {
         let app = App::new(
             config.clone(),
             Ledger::dynamodb(crate::aws::dynamodb_client(&sdk), config.table.clone()),
-            ObjectStore::s3(crate::aws::s3_client(&sdk)),
+            ObjectStore::s3(
+                crate::aws::s3_client(&sdk),
+                config.expected_bucket_owner.clone(),
+            ),
             Queue::sqs(crate::aws::sqs_client(&sdk)),
             steps,
         );
@@ -682,14 +685,21 @@ mod tests {
     }
 
     fn fixture_with(recipes: Option<&str>) -> Fixture {
+        match recipes {
+            Some(recipes) => fixture_with_vars(&[("MEDIAONCE_RECIPES", recipes)]),
+            None => fixture_with_vars(&[]),
+        }
+    }
+
+    fn fixture_with_vars(extra: &[(&str, &str)]) -> Fixture {
         let steps = StepRegistry::builtin();
         let mut vars = HashMap::from([("MEDIAONCE_TABLE", "jobs")]);
-        if let Some(recipes) = recipes {
-            vars.insert("MEDIAONCE_RECIPES", recipes);
-        }
+        vars.extend(extra.iter().copied());
         let config =
             Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
         let objects = InMemoryObjects::new();
+        // As App::from_env gives the S3 client the configured owner.
+        objects.expect_owner(config.expected_bucket_owner.clone());
         let queue = Arc::new(RecordingQueue::default());
         let app = App::new(
             config,
@@ -825,6 +835,48 @@ mod tests {
         assert!((5..=7).contains(seconds), "{seconds}");
         let row: JobRow = f.app.ledger.get(&key).await.unwrap().unwrap();
         assert_eq!(row.owner, "elsewhere");
+    }
+
+    #[tokio::test]
+    async fn buckets_of_another_account_are_neither_read_nor_written() {
+        let owner = [("MEDIAONCE_EXPECTED_BUCKET_OWNER", "111111111111")];
+        let f = fixture_with_vars(&[owner[0], ("MEDIAONCE_OUTPUT_BUCKET", "out")]);
+        f.objects.set_bucket_owner("in", "111111111111");
+        f.objects.set_bucket_owner("out", "111111111111");
+        let etag = f.objects.insert("in", "ours.bin", b"ours", true);
+        let report = handle(&f.app, vec![message("1", "ours.bin", &etag)]).await;
+        assert_eq!(report.jobs().next().unwrap().outcome, Outcome::Ran);
+
+        // The input bucket's name now belongs to another account.
+        f.objects.set_bucket_owner("in", "222222222222");
+        let etag = f.objects.insert("in", "theirs.bin", b"theirs", true);
+        let report = handle(&f.app, vec![message("2", "theirs.bin", &etag)]).await;
+        assert_eq!(report.response().batch_item_failures.len(), 1);
+        let job = report.jobs().next().unwrap();
+        assert_eq!(job.outcome, Outcome::Failed);
+        let reason = job.reason.clone().unwrap();
+        assert!(reason.contains("HTTP 403 AccessDenied"), "{reason}");
+        assert!(
+            reason.contains("not be owned by account 111111111111, which MEDIAONCE_EXPECTED_BUCKET_OWNER expects"),
+            "{reason}"
+        );
+
+        // The output bucket's: the job fails and nothing is written there.
+        f.objects.set_bucket_owner("in", "111111111111");
+        f.objects.set_bucket_owner("out", "222222222222");
+        let etag = f.objects.insert("in", "new.bin", b"new", true);
+        let report = handle(&f.app, vec![message("3", "new.bin", &etag)]).await;
+        let job = report.jobs().next().unwrap();
+        assert_eq!(job.outcome, Outcome::Failed, "{job:?}");
+        assert!(
+            job.reason
+                .as_deref()
+                .unwrap()
+                .contains("MEDIAONCE_EXPECTED_BUCKET_OWNER"),
+            "{job:?}"
+        );
+        let key = job_key(&sha256_hex(b"new"), &f.app.config.recipes[0].recipe_hash);
+        assert!(f.objects.keys("out", &format!("derived/{key}/")).is_empty());
     }
 
     #[tokio::test]

@@ -131,7 +131,7 @@ async fn each_recipe_has_the_margin_its_step_declares() {
     let app = App::new(
         config,
         Ledger::dynamodb(mediaonce::aws::dynamodb_client(&sdk), "t"),
-        ObjectStore::s3(mediaonce::aws::s3_client(&sdk)),
+        ObjectStore::s3(mediaonce::aws::s3_client(&sdk), None),
         Queue::sqs(mediaonce::aws::sqs_client(&sdk)),
         steps,
     );

@@ -412,3 +412,61 @@ async fn a_panicking_step_fails_its_message_alone_and_its_job_is_marked_failed()
         .await
         .is_empty());
 }
+
+/// Records each S3 request's method and `x-amz-expected-bucket-owner`.
+#[derive(Debug, Default, Clone)]
+struct OwnerHeaders(std::sync::Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>);
+
+impl aws_sdk_s3::config::Intercept for OwnerHeaders {
+    fn name(&self) -> &'static str {
+        "OwnerHeaders"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_sdk_s3::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _components: &aws_sdk_s3::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_s3::config::ConfigBag,
+    ) -> Result<(), aws_sdk_s3::error::BoxError> {
+        let request = context.request();
+        self.0.lock().unwrap().push((
+            request.method().to_string(),
+            request
+                .headers()
+                .get("x-amz-expected-bucket-owner")
+                .map(str::to_string),
+        ));
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn every_s3_call_names_the_expected_bucket_owner() {
+    // LocalStack accepts the header without checking it (its provider never
+    // compares it for these calls), so this proves what is sent; the
+    // in-memory store's 403 proves what a mismatch does (handler tests).
+    let p = Pipeline::new(Options::default()).await;
+    let headers = OwnerHeaders::default();
+    let sdk = mediaonce::aws::load_sdk_config().await;
+    let s3 = aws_sdk_s3::Client::from_conf(
+        mediaonce::aws::s3_client(&sdk)
+            .config()
+            .to_builder()
+            .interceptor(headers.clone())
+            .build(),
+    );
+    let app = p.app_with_store(mediaonce::store::ObjectStore::s3(
+        s3,
+        Some("000000000000".into()),
+    ));
+    p.put("photos/owned.png", PNG_3X2, true).await;
+    let report = handle_with(app, p.receive(1).await).await;
+    assert_eq!(outcomes(&report), [Outcome::Ran]);
+    let seen = headers.0.lock().unwrap().clone();
+    let methods: Vec<&str> = seen.iter().map(|(m, _)| m.as_str()).collect();
+    // HEAD, a ranged GET, then the report and the manifest.
+    assert_eq!(methods, ["HEAD", "GET", "PUT", "PUT"], "{seen:?}");
+    for (method, owner) in &seen {
+        assert_eq!(owner.as_deref(), Some("000000000000"), "{method}");
+    }
+}

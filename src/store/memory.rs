@@ -1,8 +1,9 @@
 //! Objects in memory, for unit tests and local tools: an unversioned store
 //! whose HeadObject answers like S3's (ETag, size, and a full-object SHA-256
-//! checksum for objects inserted with one).
+//! checksum for objects inserted with one), and which refuses a call to a
+//! bucket another account owns with S3's 403 when an owner is expected.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
@@ -10,7 +11,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use super::{GetError, HeadError, ObjectClient, ObjectRef, PutError};
+use super::{owner_mismatch, GetError, HeadError, ObjectClient, ObjectRef, PutError};
 use crate::fingerprint::ObjectHead;
 
 #[derive(Debug, Clone)]
@@ -23,6 +24,10 @@ struct Stored {
 #[derive(Debug, Default)]
 pub struct InMemoryObjects {
     objects: Mutex<BTreeMap<(String, String), Stored>>,
+    /// Bucket → the account that owns it; unnamed buckets are the caller's.
+    owners: Mutex<HashMap<String, String>>,
+    /// The owner every call expects (`ExpectedBucketOwner`), if any.
+    expected_owner: Mutex<Option<String>>,
 }
 
 impl InMemoryObjects {
@@ -31,7 +36,7 @@ impl InMemoryObjects {
     }
 
     fn objects(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), Stored>> {
-        self.objects.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.objects)
     }
 
     /// Stores an object as an upload would; with `sha256`, as one that asked
@@ -46,6 +51,29 @@ impl InMemoryObjects {
             },
         );
         etag(bytes)
+    }
+
+    /// Makes `account` the owner of `bucket`.
+    pub fn set_bucket_owner(&self, bucket: &str, account: &str) {
+        lock(&self.owners).insert(bucket.to_string(), account.to_string());
+    }
+
+    /// Every later call names `account` as the expected bucket owner, as
+    /// `S3Objects::expecting_owner` does.
+    pub fn expect_owner(&self, account: Option<String>) {
+        *lock(&self.expected_owner) = account;
+    }
+
+    /// S3's answer to a call whose expected owner does not own the bucket.
+    fn check_owner(&self, bucket: &str) -> Result<(), String> {
+        let expected = lock(&self.expected_owner).clone();
+        match (expected, lock(&self.owners).get(bucket)) {
+            (Some(expected), Some(owner)) if *owner != expected => Err(format!(
+                "HTTP 403 AccessDenied: Access Denied ({})",
+                owner_mismatch(&expected)
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// An object's bytes.
@@ -65,6 +93,10 @@ impl InMemoryObjects {
     }
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Unique per content, as S3's ETag of a single-part upload is (S3 uses MD5).
 fn etag(bytes: &[u8]) -> String {
     hex::encode(&Sha256::digest(bytes)[..16])
@@ -73,6 +105,11 @@ fn etag(bytes: &[u8]) -> String {
 #[async_trait::async_trait]
 impl ObjectClient for Arc<InMemoryObjects> {
     async fn head_object(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError> {
+        self.check_owner(&object.bucket)
+            .map_err(|message| HeadError {
+                object: object.to_string(),
+                message,
+            })?;
         // Unversioned: a named version does not exist.
         if object.version_id.is_some() {
             return Ok(None);
@@ -96,6 +133,11 @@ impl ObjectClient for Arc<InMemoryObjects> {
     }
 
     async fn get_object(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
+        self.check_owner(&object.bucket)
+            .map_err(|message| GetError {
+                object: object.to_string(),
+                message,
+            })?;
         let bytes = self
             .objects()
             .get(&(object.bucket.clone(), object.key.clone()))
@@ -112,6 +154,11 @@ impl ObjectClient for Arc<InMemoryObjects> {
         object: &ObjectRef,
         range: Range<u64>,
     ) -> Result<Vec<u8>, GetError> {
+        self.check_owner(&object.bucket)
+            .map_err(|message| GetError {
+                object: object.to_string(),
+                message,
+            })?;
         let objects = self.objects();
         let stored = objects
             .get(&(object.bucket.clone(), object.key.clone()))
@@ -137,6 +184,11 @@ impl ObjectClient for Arc<InMemoryObjects> {
         content_type: &str,
         body: ByteStream,
     ) -> Result<(), PutError> {
+        self.check_owner(bucket).map_err(|message| PutError {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            message,
+        })?;
         let bytes = body.collect().await.map_err(|e| PutError {
             bucket: bucket.to_string(),
             key: key.to_string(),

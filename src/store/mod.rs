@@ -55,6 +55,16 @@ pub struct PutError {
     pub message: String,
 }
 
+/// What a refused call says when a bucket owner was expected: S3 answers
+/// 403 for a bucket another account owns (also for a plain permissions
+/// gap, hence "may").
+pub fn owner_mismatch(account: &str) -> String {
+    format!(
+        "the bucket may not be owned by account {account}, which {} expects",
+        crate::config::ENV_EXPECTED_BUCKET_OWNER
+    )
+}
+
 /// The S3 calls, one method each.
 #[async_trait::async_trait]
 pub trait ObjectClient: Send + Sync + std::fmt::Debug {
@@ -97,9 +107,10 @@ impl ObjectStore {
         }
     }
 
-    /// The store in S3.
-    pub fn s3(client: aws_sdk_s3::Client) -> Self {
-        ObjectStore::new(s3::S3Objects::new(client))
+    /// The store in S3; every call names `expected_bucket_owner`, if given,
+    /// as the bucket's owner.
+    pub fn s3(client: aws_sdk_s3::Client, expected_bucket_owner: Option<String>) -> Self {
+        ObjectStore::new(s3::S3Objects::new(client).expecting_owner(expected_bucket_owner))
     }
 
     pub async fn head(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError> {

@@ -6,7 +6,10 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ChecksumMode;
 use aws_sdk_s3::Client;
 
-use super::{GetError, HeadError, ObjectClient, ObjectRef, PutError};
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_runtime_api::http::Response;
+
+use super::{owner_mismatch, GetError, HeadError, ObjectClient, ObjectRef, PutError};
 use crate::aws::describe_error;
 use crate::fingerprint::ObjectHead;
 
@@ -14,11 +17,38 @@ use crate::fingerprint::ObjectHead;
 #[derive(Debug, Clone)]
 pub struct S3Objects {
     client: Client,
+    expected_bucket_owner: Option<String>,
 }
 
 impl S3Objects {
     pub fn new(client: Client) -> Self {
-        S3Objects { client }
+        S3Objects {
+            client,
+            expected_bucket_owner: None,
+        }
+    }
+
+    /// Every call names `account` as the bucket's expected owner
+    /// (`ExpectedBucketOwner`): S3 refuses it with 403 when another account
+    /// owns the bucket.
+    pub fn expecting_owner(mut self, account: Option<String>) -> Self {
+        self.expected_bucket_owner = account;
+        self
+    }
+
+    /// An SDK error's description; a 403 while an owner is expected says
+    /// which setting may be the cause.
+    fn describe<E>(&self, err: &SdkError<E, Response>) -> String
+    where
+        E: aws_smithy_types::error::metadata::ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let message = describe_error(err);
+        match (&self.expected_bucket_owner, err.raw_response()) {
+            (Some(account), Some(raw)) if raw.status().as_u16() == 403 => {
+                format!("{message} ({})", owner_mismatch(account))
+            }
+            _ => message,
+        }
     }
 }
 
@@ -31,6 +61,7 @@ impl ObjectClient for S3Objects {
             .bucket(&object.bucket)
             .key(&object.key)
             .set_version_id(object.version_id.clone())
+            .set_expected_bucket_owner(self.expected_bucket_owner.clone())
             .checksum_mode(ChecksumMode::Enabled)
             .send()
             .await;
@@ -49,7 +80,7 @@ impl ObjectClient for S3Objects {
             Err(err) => {
                 return Err(HeadError {
                     object: object.to_string(),
-                    message: describe_error(&err),
+                    message: self.describe(&err),
                 })
             }
         };
@@ -80,12 +111,13 @@ impl ObjectClient for S3Objects {
             .bucket(&object.bucket)
             .key(&object.key)
             .set_version_id(object.version_id.clone())
+            .set_expected_bucket_owner(self.expected_bucket_owner.clone())
             .send()
             .await
             .map(|output| output.body)
             .map_err(|err| GetError {
                 object: object.to_string(),
-                message: describe_error(&err),
+                message: self.describe(&err),
             })
     }
 
@@ -107,11 +139,12 @@ impl ObjectClient for S3Objects {
             .bucket(&object.bucket)
             .key(&object.key)
             .set_version_id(object.version_id.clone())
+            .set_expected_bucket_owner(self.expected_bucket_owner.clone())
             // HTTP ranges are inclusive at both ends.
             .range(format!("bytes={}-{}", range.start, range.end - 1))
             .send()
             .await
-            .map_err(|err| error(describe_error(&err)))?;
+            .map_err(|err| error(self.describe(&err)))?;
         let bytes = output
             .body
             .collect()
@@ -133,6 +166,7 @@ impl ObjectClient for S3Objects {
             .bucket(bucket)
             .key(key)
             .content_type(content_type)
+            .set_expected_bucket_owner(self.expected_bucket_owner.clone())
             .body(body)
             .send()
             .await
@@ -140,7 +174,7 @@ impl ObjectClient for S3Objects {
             .map_err(|err| PutError {
                 bucket: bucket.to_string(),
                 key: key.to_string(),
-                message: describe_error(&err),
+                message: self.describe(&err),
             })
     }
 }

@@ -438,6 +438,17 @@ impl Pipeline {
         )
     }
 
+    /// Another worker on the same pipeline whose objects go through `store`.
+    pub fn app_with_store(&self, store: ObjectStore) -> Arc<App> {
+        Arc::new(App::new(
+            self.config.clone(),
+            Ledger::dynamodb(self.counted_dynamodb.clone(), self.table.clone()),
+            store,
+            Queue::sqs(self.sqs.clone()),
+            self.steps.clone(),
+        ))
+    }
+
     /// Uploads an object; with `sha256`, S3 stores its full-object SHA-256.
     pub async fn put(
         &self,
