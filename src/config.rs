@@ -43,17 +43,24 @@ fn invalid(variable: &'static str, problem: impl Into<String>) -> ConfigError {
     }
 }
 
-/// Which objects a recipe applies to, by key prefix and/or suffix.
+/// Which objects a recipe applies to: a key matches when it starts with
+/// any of `prefixes` (exactly) and ends with any of `suffixes` (ASCII case
+/// ignored: cameras write `.JPG`). An empty list places no condition.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeyMatch {
-    pub prefix: Option<String>,
-    pub suffix: Option<String>,
+    pub prefixes: Vec<String>,
+    pub suffixes: Vec<String>,
 }
 
 impl KeyMatch {
     pub fn matches(&self, key: &str) -> bool {
-        self.prefix.as_deref().is_none_or(|p| key.starts_with(p))
-            && self.suffix.as_deref().is_none_or(|s| key.ends_with(s))
+        let key = key.as_bytes();
+        let prefix = |p: &String| key.starts_with(p.as_bytes());
+        let suffix = |s: &String| {
+            key.len() >= s.len() && key[key.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes())
+        };
+        (self.prefixes.is_empty() || self.prefixes.iter().any(prefix))
+            && (self.suffixes.is_empty() || self.suffixes.iter().any(suffix))
     }
 }
 
@@ -235,8 +242,14 @@ pub fn parse_recipes(text: &str, steps: &StepRegistry) -> Result<Vec<RecipeRule>
         .iter()
         .enumerate()
         .map(|(index, item)| {
-            parse_rule(item, steps)
-                .map_err(|p| invalid(ENV_RECIPES, format!("recipe {index}: {p}")))
+            parse_rule(item, steps).map_err(|p| {
+                // Named by its place and, when it has one, its step.
+                let name = match item.get("step").and_then(Value::as_str) {
+                    Some(step) => format!("recipe {index} ({step})"),
+                    None => format!("recipe {index}"),
+                };
+                invalid(ENV_RECIPES, format!("{name}: {p}"))
+            })
         })
         .collect()
 }
@@ -249,14 +262,26 @@ fn parse_rule(item: &Value, steps: &StepRegistry) -> Result<RecipeRule, String> 
     let key_match = match object.remove("match") {
         None | Some(Value::Null) => KeyMatch::default(),
         Some(Value::Object(m)) => {
-            let field = |name: &str| -> Result<Option<String>, String> {
+            // A string, or a non-empty array of strings (any of them matches).
+            let field = |name: &str| -> Result<Vec<String>, String> {
+                let wrong = |what: String| {
+                    format!("match.{name} must be a string or a non-empty array of strings, {what}")
+                };
                 match m.get(name) {
-                    None | Some(Value::Null) => Ok(None),
-                    Some(Value::String(s)) => Ok(Some(s.clone())),
-                    Some(other) => Err(format!(
-                        "match.{name} must be a string, got {}",
-                        json_type(other)
-                    )),
+                    None | Some(Value::Null) => Ok(Vec::new()),
+                    Some(Value::String(s)) => Ok(vec![s.clone()]),
+                    Some(Value::Array(items)) if items.is_empty() => {
+                        Err(wrong("got an empty array".into()))
+                    }
+                    Some(Value::Array(items)) => items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, item)| match item {
+                            Value::String(s) => Ok(s.clone()),
+                            other => Err(wrong(format!("got {} at [{i}]", json_type(other)))),
+                        })
+                        .collect(),
+                    Some(other) => Err(wrong(format!("got {}", json_type(other)))),
                 }
             };
             if let Some(unknown) = m
@@ -268,8 +293,8 @@ fn parse_rule(item: &Value, steps: &StepRegistry) -> Result<RecipeRule, String> 
                 ));
             }
             KeyMatch {
-                prefix: field("prefix")?,
-                suffix: field("suffix")?,
+                prefixes: field("prefix")?,
+                suffixes: field("suffix")?,
             }
         }
         Some(other) => {
@@ -355,9 +380,58 @@ mod tests {
         ])
         .unwrap_err();
         assert!(
-            e.to_string().starts_with("MEDIAONCE_RECIPES: recipe 0: "),
+            e.to_string()
+                .starts_with("MEDIAONCE_RECIPES: recipe 0 (probe): "),
             "{e}"
         );
+    }
+
+    #[test]
+    fn match_takes_a_string_or_a_list_and_suffixes_ignore_case() {
+        let c = config(&[
+            (ENV_TABLE, "t"),
+            (
+                ENV_RECIPES,
+                r#"[{"step":"probe","version":1,"params":{},
+                     "match":{"prefix":["in/","up/"],"suffix":[".jpg",".jpeg",".png"]}}]"#,
+            ),
+        ])
+        .unwrap();
+        let m = &c.recipes[0].key_match;
+        for key in ["in/a.jpg", "up/b.JPG", "in/c.Jpeg", "up/d.PNG"] {
+            assert!(m.matches(key), "{key}");
+        }
+        // Prefixes compare exactly; a suffix must be whole.
+        for key in [
+            "IN/a.jpg",
+            "out/a.jpg",
+            "in/a.gif",
+            "in/jpg",
+            "in/a.jpg.txt",
+        ] {
+            assert!(!m.matches(key), "{key}");
+        }
+        // A multi-byte key shorter or longer than a suffix never panics.
+        assert!(!m.matches("in/é"));
+        assert!(!m.matches("up/写真.heic"));
+    }
+
+    #[test]
+    fn bad_match_fields_name_the_recipe_and_the_field() {
+        for (matcher, expected) in [
+            (r#"{"suffix":[]}"#, "match.suffix must be a string or a non-empty array of strings, got an empty array"),
+            (r#"{"suffix":[".jpg",3]}"#, "match.suffix must be a string or a non-empty array of strings, got a number at [1]"),
+            (r#"{"prefix":{"a":1}}"#, "match.prefix must be a string or a non-empty array of strings, got an object"),
+            (r#"{"suffixes":".jpg"}"#, "match has an unknown field \"suffixes\" (expected prefix, suffix)"),
+        ] {
+            let recipes = format!(
+                r#"[{{"step":"probe","version":1,"params":{{}}}},
+                    {{"step":"thumbnail","version":1,"params":{{"sizes":[64]}},"match":{matcher}}}]"#
+            );
+            let e = config(&[(ENV_TABLE, "t"), (ENV_RECIPES, &recipes)]).unwrap_err();
+            assert_eq!(e.variable, ENV_RECIPES);
+            assert_eq!(e.problem, format!("recipe 1 (thumbnail): {expected}"), "{matcher}");
+        }
     }
 
     #[test]

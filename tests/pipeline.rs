@@ -405,7 +405,7 @@ async fn a_panicking_step_fails_its_message_alone_and_its_job_is_marked_failed()
     assert!(row
         .error
         .unwrap()
-        .contains("step panicked: a bug in the step"));
+        .contains("step panicked: injected panic: a bug in the step"));
     // No manifest: nothing reads the prefix as complete.
     assert!(p
         .output_keys(&format!("derived/{}/", failed.job_key))
@@ -469,4 +469,38 @@ async fn every_s3_call_names_the_expected_bucket_owner() {
     for (method, owner) in &seen {
         assert_eq!(owner.as_deref(), Some("000000000000"), "{method}");
     }
+}
+
+/// Set in the child process of the panic-hook test.
+const PANIC_HOOK_CHILD: &str = "MEDIAONCE_PANIC_HOOK_CHILD";
+
+#[test]
+fn panic_hook_child() {
+    if std::env::var_os(PANIC_HOOK_CHILD).is_none() {
+        return;
+    }
+    common::quiet_injected_panics();
+    let injected = std::panic::catch_unwind(|| panic!("{}: on purpose", common::INJECTED_PANIC));
+    let real = std::panic::catch_unwind(|| panic!("a real bug"));
+    assert!(injected.is_err() && real.is_err());
+}
+
+#[test]
+fn injected_panics_are_quiet_and_real_ones_keep_their_backtrace() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "panic_hook_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(PANIC_HOOK_CHILD, "1")
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("on purpose"), "{stderr}");
+    assert!(stderr.contains("a real bug"), "{stderr}");
+    assert!(stderr.contains("stack backtrace"), "{stderr}");
 }

@@ -271,6 +271,7 @@ async fn chaos_soak() {
     // Uploads: 10% repeat an earlier upload's bytes, 2% are poison.
     let mut contents: Vec<Vec<u8>> = Vec::new();
     let mut unique_hashes = BTreeSet::new();
+    let mut poison_hashes = BTreeSet::new();
     let mut poison = 0;
     for i in 0..uploads {
         let is_poison = rng.f64() < 0.02;
@@ -281,6 +282,7 @@ async fn chaos_soak() {
         };
         let key = if is_poison {
             poison += 1;
+            poison_hashes.insert(sha256_hex(&bytes));
             format!("poison/{i}.bin")
         } else {
             unique_hashes.insert(sha256_hex(&bytes));
@@ -391,14 +393,20 @@ async fn chaos_soak() {
         }
         done += 1;
     }
-    let rows = p
+    // Every row: a Scan returns at most 1 MB a page.
+    let pages: Vec<_> = p
         .dynamodb
         .scan()
         .table_name(&p.table)
+        .select(aws_sdk_dynamodb::types::Select::Count)
+        .into_paginator()
         .send()
-        .await
-        .unwrap()
-        .count as usize;
+        .collect()
+        .await;
+    let rows: usize = pages
+        .into_iter()
+        .map(|page| page.expect("scan page").count as usize)
+        .sum();
 
     // The DLQ: only poison.
     let mut dead_letters = Vec::new();
@@ -437,10 +445,11 @@ async fn chaos_soak() {
     println!("soak: crashes {:?}", tally.crashes.lock().unwrap());
     println!("soak: job outcomes {:?}", tally.outcomes.lock().unwrap());
     println!(
-        "soak: {done} done rows for {} unique jobs ({rows} rows in all); step executions {executions} = \
+        "soak: {done} done rows for {} unique jobs, {rows} rows in all ({} poison); step executions {executions} = \
          {} unique + {crashed_runs} cut short by crashes + {stale_runs} stale \
          (+ at most {cut_off} cut off by the invocation deadline)",
         unique_hashes.len(),
+        poison_hashes.len(),
         unique_hashes.len()
     );
     println!(
@@ -451,6 +460,8 @@ async fn chaos_soak() {
     );
 
     assert_eq!(done, unique_hashes.len());
+    // One row per unique job and per poison content, nothing else.
+    assert_eq!(rows, unique_hashes.len() + poison_hashes.len());
     let accounted = unique_hashes.len() + crashed_runs + stale_runs;
     assert!(
         (accounted..=accounted + cut_off).contains(&executions),

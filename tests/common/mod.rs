@@ -164,8 +164,33 @@ impl Step for PanickingStep {
         _context: &StepContext<'_>,
         _outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
-        panic!("a bug in the step")
+        panic!("{INJECTED_PANIC}: a bug in the step")
     }
+}
+
+/// How every panic the tests inject on purpose begins: the hook that
+/// [`quiet_injected_panics`] installs prints nothing for them.
+pub const INJECTED_PANIC: &str = "injected panic";
+
+/// Installs (once per process) a panic hook that is silent for the tests'
+/// injected panics, which the handler catches and reports as failed jobs,
+/// and hands every other panic, with its backtrace, to the default hook.
+pub fn quiet_injected_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let message = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or_default();
+            if !message.starts_with(INJECTED_PANIC) {
+                default(info);
+            }
+        }));
+    });
 }
 
 /// A step that never finishes on its own, as a stuck decoder would not:
@@ -299,6 +324,7 @@ fn require_emulators() {
 impl Pipeline {
     pub async fn new(options: Options) -> Pipeline {
         require_emulators();
+        quiet_injected_panics();
         let sdk = mediaonce::aws::load_sdk_config().await;
         let s3 = mediaonce::aws::s3_client(&sdk);
         let sqs = aws_sdk_sqs::Client::new(&sdk);
