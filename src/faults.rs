@@ -21,6 +21,8 @@ pub enum Call {
     Finish,
     /// Ledger: the retry's UpdateItem.
     ResetAttempts,
+    /// Ledger: the release's DeleteItem.
+    Release,
     /// Objects: HeadObject.
     HeadObject,
     /// Objects: GetObject.
@@ -41,11 +43,25 @@ struct Rule {
     error: String,
 }
 
+/// An object replaced by another writer just before a call reaches it.
+#[derive(Debug)]
+struct Overwrite {
+    call: Call,
+    key_suffix: String,
+    /// Matching calls to let through first.
+    skip: usize,
+    /// The new bytes; taken when the overwrite happens.
+    bytes: Option<Vec<u8>>,
+}
+
 /// Which calls fail, and how often. Rules are checked in the order they were
-/// added; a rule is spent when it has failed its `times` calls.
+/// added; a rule is spent when it has failed its `times` calls. Overwrites
+/// model another writer racing the worker: an object replaced between two
+/// of its calls.
 #[derive(Debug, Default)]
 pub struct FaultPlan {
     rules: Mutex<Vec<Rule>>,
+    overwrites: Mutex<Vec<Overwrite>>,
     injected: AtomicUsize,
 }
 
@@ -107,6 +123,42 @@ impl FaultPlan {
         Some(format!("injected fault: {}", rule.error))
     }
 
+    /// Replaces the object whose key ends with `key_suffix` with `bytes`
+    /// just before the call of `call` that follows `skip` matching ones
+    /// (`GetObject` with skip 0: between the HEAD and the first read).
+    pub fn overwrite_before(
+        &self,
+        call: Call,
+        key_suffix: &str,
+        skip: usize,
+        bytes: &[u8],
+    ) -> &Self {
+        self.overwrites
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Overwrite {
+                call,
+                key_suffix: key_suffix.to_string(),
+                skip,
+                bytes: Some(bytes.to_vec()),
+            });
+        self
+    }
+
+    /// The bytes to write over `key` before this call, if one is due.
+    pub fn overwrite_due(&self, call: Call, key: &str) -> Option<Vec<u8>> {
+        let mut overwrites = self.overwrites.lock().unwrap_or_else(|p| p.into_inner());
+        let overwrite = overwrites
+            .iter_mut()
+            .find(|o| o.bytes.is_some() && o.call == call && key.ends_with(&o.key_suffix))?;
+        if overwrite.skip > 0 {
+            overwrite.skip -= 1;
+            return None;
+        }
+        self.injected.fetch_add(1, Ordering::SeqCst);
+        overwrite.bytes.take()
+    }
+
     /// How many faults were injected so far.
     pub fn injected(&self) -> usize {
         self.injected.load(Ordering::SeqCst)
@@ -140,5 +192,20 @@ mod tests {
         assert!(plan.check(Call::PutObject, "b").is_some());
         assert_eq!(plan.check(Call::GetObject, "a.jpg"), None);
         assert!(plan.check(Call::GetObject, "a.png").is_some());
+    }
+
+    #[test]
+    fn an_overwrite_happens_once_before_the_chosen_call() {
+        let plan = FaultPlan::new();
+        plan.overwrite_before(Call::GetObject, "clip.mp4", 1, b"new");
+        assert_eq!(plan.overwrite_due(Call::HeadObject, "in/clip.mp4"), None);
+        assert_eq!(plan.overwrite_due(Call::GetObject, "in/clip.mp4"), None);
+        assert_eq!(plan.overwrite_due(Call::GetObject, "in/other.mp4"), None);
+        assert_eq!(
+            plan.overwrite_due(Call::GetObject, "in/clip.mp4")
+                .as_deref(),
+            Some(&b"new"[..])
+        );
+        assert_eq!(plan.overwrite_due(Call::GetObject, "in/clip.mp4"), None);
     }
 }

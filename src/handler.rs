@@ -406,6 +406,7 @@ async fn process_record(
         bucket: bucket.clone(),
         key: key.clone(),
         version_id: record.version_id.clone(),
+        if_match: None,
     };
     // Not even the quickest of the record's jobs could start: no HeadObject.
     let quickest = rules
@@ -555,6 +556,28 @@ async fn run_job(
     let input = JobInput::new(app.store.clone(), head.clone(), fingerprint.clone());
     let mut outputs = JobOutputs::new(app.store.clone(), output_bucket, prefix);
     let result = run_step(app, invocation, rule, job_key, &input, &mut outputs).await;
+    if input.was_replaced() {
+        // The object changed between the head and a read: what was read
+        // may mix two objects and the key names the old bytes. Nothing is
+        // finished under that key; the new version's own event runs it.
+        let why = format!(
+            "{} was replaced while the job read it (If-Match {} failed): not finished; \
+             the new version's event runs it",
+            input.object(),
+            head.etag
+        );
+        return match app.ledger.release(&claim).await {
+            Ok(()) => report(Outcome::Skipped, claim.attempt, Some(why)),
+            // Taken over meanwhile: the successor's run stands.
+            Err(FinishError::LostLease(_)) => report(Outcome::Skipped, claim.attempt, Some(why)),
+            // The claim stays until its lease ends; the message comes back.
+            Err(err) => report(
+                Outcome::Failed,
+                claim.attempt,
+                Some(format!("{why}; releasing the claim failed: {err}")),
+            ),
+        };
+    }
     let (outcome, reason) = match &result {
         Ok(()) => (Outcome::Ran, None),
         Err(err) => (Outcome::Failed, Some(err.to_string())),
@@ -600,6 +623,12 @@ async fn run_step(
                 panic_message(&panic)
             )))
         })?;
+    if input.was_replaced() {
+        // A step that made light of the failed read must not complete it.
+        return Err(StepError::Input(
+            "the input was replaced while it was read".into(),
+        ));
+    }
     let manifest = Manifest {
         job_key: job_key.to_string(),
         input_hash: input.fingerprint.input_hash.clone(),

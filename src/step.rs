@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use aws_sdk_s3::primitives::ByteStream;
@@ -16,7 +17,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::fingerprint::{Fingerprint, ObjectHead};
 use crate::key::Recipe;
-use crate::store::{ObjectRef, ObjectStore};
+use crate::store::{GetError, GetErrorKind, ObjectRef, ObjectStore};
 
 /// The file a job writes last; its presence means the outputs are complete.
 pub const MANIFEST_NAME: &str = "_manifest.json";
@@ -52,6 +53,9 @@ pub struct JobInput {
     store: ObjectStore,
     pub head: ObjectHead,
     pub fingerprint: Fingerprint,
+    /// Set when a read found the object replaced since the head: whatever
+    /// the step makes of that error, its job must not be finished.
+    replaced: Arc<AtomicBool>,
 }
 
 impl JobInput {
@@ -60,15 +64,31 @@ impl JobInput {
             store,
             head,
             fingerprint,
+            replaced: Arc::default(),
         }
     }
 
+    /// The version that was headed and keyed; every read is pinned to its
+    /// ETag (`If-Match`), so no byte of another object reaches the step.
     pub fn object(&self) -> ObjectRef {
         ObjectRef {
             bucket: self.head.bucket.clone(),
             key: self.head.key.clone(),
             version_id: self.head.version_id.clone(),
+            if_match: Some(self.head.etag.clone()).filter(|etag| !etag.is_empty()),
         }
+    }
+
+    /// Whether a read found the object replaced since it was keyed.
+    pub fn was_replaced(&self) -> bool {
+        self.replaced.load(Ordering::SeqCst)
+    }
+
+    fn read_error(&self, err: GetError) -> StepError {
+        if err.kind == GetErrorKind::PreconditionFailed {
+            self.replaced.store(true, Ordering::SeqCst);
+        }
+        StepError::Input(err.to_string())
     }
 
     /// Streams the exact version the job is keyed on.
@@ -76,7 +96,7 @@ impl JobInput {
         self.store
             .get(&self.object())
             .await
-            .map_err(|e| StepError::Input(e.to_string()))
+            .map_err(|e| self.read_error(e))
     }
 
     /// Reads `range` of the input (end exclusive, within its size).
@@ -84,7 +104,7 @@ impl JobInput {
         self.store
             .get_range(&self.object(), range)
             .await
-            .map_err(|e| StepError::Input(e.to_string()))
+            .map_err(|e| self.read_error(e))
     }
 
     /// Reads the whole input into memory (for decoders that need it all).

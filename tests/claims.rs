@@ -388,3 +388,58 @@ async fn failing_to_delay_a_busy_message_is_harmless() {
     let report = p.handle(vec![message]).await;
     assert_eq!(report.response().batch_item_failures.len(), 1);
 }
+
+/// The release contract, on any table: only the claim's own owner, while
+/// running, deletes the row; anyone else's release is `LostLease`.
+async fn release_deletes_only_its_own_running_claim(ledger: mediaonce::ledger::Ledger) {
+    let now = now_ms();
+    let claim = |outcome| match outcome {
+        ClaimOutcome::Run(claim) => claim,
+        other => panic!("{other:?}"),
+    };
+    let mine = claim(
+        ledger
+            .claim(&claim_request("k1", "me/1", now, now + 60_000))
+            .await
+            .unwrap(),
+    );
+    let mut stranger = mine.clone();
+    stranger.owner = "someone-else/1".into();
+    assert!(matches!(
+        ledger.release(&stranger).await,
+        Err(FinishError::LostLease(_))
+    ));
+    assert!(ledger.get("k1").await.unwrap().is_some());
+    ledger.release(&mine).await.unwrap();
+    assert!(ledger.get("k1").await.unwrap().is_none());
+    // Released twice: the row is gone, nothing to delete.
+    assert!(matches!(
+        ledger.release(&mine).await,
+        Err(FinishError::LostLease(_))
+    ));
+    // A finished job is never released.
+    let done = claim(
+        ledger
+            .claim(&claim_request("k2", "me/2", now, now + 60_000))
+            .await
+            .unwrap(),
+    );
+    ledger.finish_done(&done, now).await.unwrap();
+    assert!(matches!(
+        ledger.release(&done).await,
+        Err(FinishError::LostLease(_))
+    ));
+    assert_eq!(
+        ledger.get("k2").await.unwrap().unwrap().status,
+        JobStatus::Done
+    );
+}
+
+#[tokio::test]
+async fn a_release_deletes_only_its_own_running_claim_on_dynamodb_and_in_memory() {
+    release_deletes_only_its_own_running_claim(fresh_ledger().await).await;
+    release_deletes_only_its_own_running_claim(mediaonce::ledger::Ledger::new(
+        mediaonce::ledger::memory::InMemoryTable::new("jobs"),
+    ))
+    .await;
+}

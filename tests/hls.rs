@@ -339,6 +339,7 @@ async fn run_direct(
         bucket: "in".into(),
         key: "clip.mp4".into(),
         version_id: None,
+        if_match: None,
     };
     let head = store.head(&object).await.unwrap().unwrap();
     let input = JobInput::new(store.clone(), head.clone(), fingerprint(&head));

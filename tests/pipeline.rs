@@ -413,9 +413,12 @@ async fn a_panicking_step_fails_its_message_alone_and_its_job_is_marked_failed()
         .is_empty());
 }
 
+/// An S3 request's method and its `x-amz-expected-bucket-owner`, if sent.
+type OwnerHeader = (String, Option<String>);
+
 /// Records each S3 request's method and `x-amz-expected-bucket-owner`.
 #[derive(Debug, Default, Clone)]
-struct OwnerHeaders(std::sync::Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>);
+struct OwnerHeaders(std::sync::Arc<std::sync::Mutex<Vec<OwnerHeader>>>);
 
 impl aws_sdk_s3::config::Intercept for OwnerHeaders {
     fn name(&self) -> &'static str {

@@ -266,3 +266,151 @@ async fn a_fragmented_mp4_is_marked_so_with_its_tracks() {
     assert_eq!(track(&probe, "video")["codec"], "avc1");
     assert_eq!(track(&probe, "audio")["codecs"], "mp4a.40.2");
 }
+
+/// The handler on in-memory clients whose object store replaces
+/// `clips/late.mp4` with `replacement` just before its GetObject number
+/// `skip + 1`: (app, objects).
+fn app_overwriting_before_read(
+    skip: usize,
+    replacement: &[u8],
+) -> (
+    std::sync::Arc<mediaonce::handler::App>,
+    std::sync::Arc<mediaonce::store::memory::InMemoryObjects>,
+) {
+    use mediaonce::faults::{Call, FaultPlan};
+    let steps = mediaonce::step::StepRegistry::builtin();
+    let vars = [
+        ("MEDIAONCE_TABLE", "jobs"),
+        ("MEDIAONCE_OUTPUT_BUCKET", "out"),
+    ];
+    let config = mediaonce::config::Config::from_lookup(
+        |name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        },
+        &steps,
+    )
+    .unwrap();
+    let objects = mediaonce::store::memory::InMemoryObjects::new();
+    let plan = std::sync::Arc::new(FaultPlan::new());
+    plan.overwrite_before(Call::GetObject, "clips/late.mp4", skip, replacement);
+    let app = mediaonce::handler::App::new(
+        config,
+        mediaonce::ledger::Ledger::new(mediaonce::ledger::memory::InMemoryTable::new("jobs")),
+        mediaonce::store::ObjectStore::new(mediaonce::store::faults::FaultyObjects::new(
+            objects.clone(),
+            plan,
+        )),
+        mediaonce::queue::Queue::new(std::sync::Arc::new(
+            mediaonce::queue::RecordingQueue::default(),
+        )),
+        steps,
+    );
+    (std::sync::Arc::new(app), objects)
+}
+
+/// An S3 notification of `key` with `etag`, as the queue would hand it over.
+fn created(id: &str, key: &str, etag: &str) -> aws_lambda_events::event::sqs::SqsMessage {
+    let body = serde_json::json!({"Records": [{
+        "eventName": "ObjectCreated:Put",
+        "s3": {"bucket": {"name": "in"}, "object": {"key": key, "eTag": etag}}
+    }]});
+    let mut message = aws_lambda_events::event::sqs::SqsMessage::default();
+    message.message_id = Some(id.into());
+    message.receipt_handle = Some(format!("receipt-{id}"));
+    message.body = Some(body.to_string());
+    message
+}
+
+#[tokio::test]
+async fn an_overwrite_between_two_ranged_reads_leaves_nothing_under_the_old_key() {
+    // A moov at the end: probe's first read is the start, its second the moov.
+    let old = std::fs::read(av_clip(
+        "moov-last-small.mp4",
+        "640x360",
+        25,
+        3,
+        &["-vf", "noise=alls=40:allf=t", "-b:v", "4M"],
+    ))
+    .unwrap();
+    assert!(old.len() > 600_000, "{} bytes", old.len());
+    let new = std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap();
+    let (app, objects) = app_overwriting_before_read(1, &new);
+    let etag = objects.insert("in", "clips/late.mp4", &old, true);
+    let old_key = mediaonce::key::job_key(
+        &mediaonce::key::sha256_hex(&old),
+        &app.config.recipes[0].recipe_hash,
+    );
+
+    let report =
+        common::handle_with(app.clone(), vec![created("1", "clips/late.mp4", &etag)]).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!(job.outcome, Outcome::Skipped, "{job:?}");
+    assert_eq!(job.job_key, old_key);
+    assert!(job
+        .reason
+        .as_deref()
+        .unwrap()
+        .contains("was replaced while the job read it"));
+    assert!(report.response().batch_item_failures.is_empty());
+    // No row (the claim was released) and no outputs under the old key.
+    assert!(app.ledger.get(&old_key).await.unwrap().is_none());
+    assert!(
+        objects.keys("out", "").is_empty(),
+        "{:?}",
+        objects.keys("out", "")
+    );
+
+    // The new version's own event runs normally, under its own key.
+    let new_etag = objects.insert("in", "clips/late.mp4", &new, true);
+    let report =
+        common::handle_with(app.clone(), vec![created("2", "clips/late.mp4", &new_etag)]).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!(job.outcome, Outcome::Ran, "{job:?}");
+    assert_ne!(job.job_key, old_key);
+    let probe: Value = serde_json::from_slice(
+        &objects
+            .bytes("out", &format!("derived/{}/probe.json", job.job_key))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(track(&probe, "video")["width"], 320);
+}
+
+#[tokio::test]
+async fn an_overwrite_between_the_head_and_the_read_is_skipped() {
+    let old = std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap();
+    let (app, objects) = app_overwriting_before_read(0, b"other bytes");
+    let etag = objects.insert("in", "clips/late.mp4", &old, true);
+    let report =
+        common::handle_with(app.clone(), vec![created("1", "clips/late.mp4", &etag)]).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!(job.outcome, Outcome::Skipped, "{job:?}");
+    assert!(app.ledger.get(&job.job_key).await.unwrap().is_none());
+    assert!(objects.keys("out", "").is_empty());
+}
+
+#[tokio::test]
+async fn localstack_honours_if_match_on_get() {
+    use mediaonce::store::{GetErrorKind, ObjectRef};
+    let p = pipeline("{}").await;
+    let first = p.put("clips/pinned.bin", b"first bytes", false).await;
+    let etag = first.e_tag().unwrap().trim_matches('"').to_string();
+    let pinned = ObjectRef {
+        bucket: p.bucket.clone(),
+        key: "clips/pinned.bin".into(),
+        version_id: None,
+        if_match: Some(etag),
+    };
+    let store = mediaonce::store::ObjectStore::s3(p.s3.clone(), None);
+    assert_eq!(store.get_range(&pinned, 0..5).await.unwrap(), b"first");
+    p.put("clips/pinned.bin", b"second bytes", false).await;
+    for err in [
+        store.get_range(&pinned, 0..5).await.unwrap_err(),
+        store.get(&pinned).await.unwrap_err(),
+    ] {
+        assert_eq!(err.kind, GetErrorKind::PreconditionFailed, "{err}");
+        assert!(err.to_string().contains("412"), "{err}");
+    }
+}

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
@@ -270,6 +271,31 @@ impl LedgerTable for DynamoDbTable {
                 Err(rejected) => rejected,
             },
         )
+    }
+
+    async fn release(&self, claim: &Claim) -> Result<Conditional<()>, LedgerError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(&claim.job_key))
+            .condition_expression("#owner = :me AND #status = :running")
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_values(":me", s(&claim.owner))
+            .expression_attribute_values(":running", s(JobStatus::Running.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Conditional::Applied(())),
+            Err(err) => match err.as_service_error() {
+                Some(DeleteItemError::ConditionalCheckFailedException(failed)) => {
+                    self.rejected(&claim.job_key, failed.item())
+                }
+                _ => Err(self.service_error("DeleteItem", err)),
+            },
+        }
     }
 
     async fn reset_attempts(

@@ -68,6 +68,11 @@ impl LedgerTable for FaultyTable {
         self.inner.finish(claim, status, error, now_ms).await
     }
 
+    async fn release(&self, claim: &Claim) -> Result<Conditional<()>, LedgerError> {
+        self.check(Call::Release, "DeleteItem", &claim.job_key)?;
+        self.inner.release(claim).await
+    }
+
     async fn reset_attempts(
         &self,
         job_key: &str,

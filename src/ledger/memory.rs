@@ -93,6 +93,18 @@ impl LedgerTable for InMemoryTable {
         Ok(Conditional::Applied(()))
     }
 
+    async fn release(&self, claim: &Claim) -> Result<Conditional<()>, LedgerError> {
+        let mut rows = self.rows();
+        let Some(row) = rows.get(&claim.job_key) else {
+            return Ok(Conditional::Rejected(None));
+        };
+        if row.owner != claim.owner || row.status != JobStatus::Running {
+            return Ok(Conditional::Rejected(Some(row.clone())));
+        }
+        rows.remove(&claim.job_key);
+        Ok(Conditional::Applied(()))
+    }
+
     async fn reset_attempts(
         &self,
         job_key: &str,

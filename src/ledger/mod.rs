@@ -217,6 +217,11 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError>;
 
+    /// DeleteItem releasing a claim that must leave nothing behind (its
+    /// input changed under it), conditioned on `owner = claim.owner AND
+    /// status = running`.
+    async fn release(&self, claim: &Claim) -> Result<Conditional<()>, LedgerError>;
+
     /// UpdateItem setting attempts to 0, conditioned on `status = failed`.
     /// Applied: the row as it was.
     async fn reset_attempts(
@@ -344,6 +349,16 @@ impl Ledger {
         let error = truncate_chars(error, MAX_ERROR_CHARS);
         self.finish(claim, JobStatus::Failed, Some(&error), now_ms)
             .await
+    }
+
+    /// Gives a claim up as if it had never been made: the row is deleted,
+    /// unless another worker has taken the job over meanwhile (then its row
+    /// stands, and this is `LostLease`).
+    pub async fn release(&self, claim: &Claim) -> Result<(), FinishError> {
+        match self.table.release(claim).await? {
+            Conditional::Applied(()) => Ok(()),
+            Conditional::Rejected(_) => Err(FinishError::LostLease(claim.job_key.clone())),
+        }
     }
 
     async fn finish(

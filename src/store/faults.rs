@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use aws_sdk_s3::primitives::ByteStream;
 
-use super::{GetError, HeadError, ObjectClient, ObjectRef, PutError};
+use super::{GetError, GetErrorKind, HeadError, ObjectClient, ObjectRef, PutError};
 use crate::faults::{Call, FaultPlan};
 use crate::fingerprint::ObjectHead;
 
@@ -23,11 +23,28 @@ impl FaultyObjects {
             plan,
         }
     }
+
+    /// Another writer's PUT over `object`, when the plan has one due before
+    /// this call.
+    async fn overwrite_if_due(&self, call: Call, object: &ObjectRef) {
+        if let Some(bytes) = self.plan.overwrite_due(call, &object.key) {
+            self.inner
+                .put_object(
+                    &object.bucket,
+                    &object.key,
+                    "application/octet-stream",
+                    ByteStream::from(bytes),
+                )
+                .await
+                .expect("the injected overwrite is written");
+        }
+    }
 }
 
 #[async_trait::async_trait]
 impl ObjectClient for FaultyObjects {
     async fn head_object(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError> {
+        self.overwrite_if_due(Call::HeadObject, object).await;
         if let Some(message) = self.plan.check(Call::HeadObject, &object.key) {
             return Err(HeadError {
                 object: object.to_string(),
@@ -38,10 +55,12 @@ impl ObjectClient for FaultyObjects {
     }
 
     async fn get_object(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
+        self.overwrite_if_due(Call::GetObject, object).await;
         if let Some(message) = self.plan.check(Call::GetObject, &object.key) {
             return Err(GetError {
                 object: object.to_string(),
                 message,
+                kind: GetErrorKind::Other,
             });
         }
         self.inner.get_object(object).await
@@ -52,10 +71,12 @@ impl ObjectClient for FaultyObjects {
         object: &ObjectRef,
         range: Range<u64>,
     ) -> Result<Vec<u8>, GetError> {
+        self.overwrite_if_due(Call::GetObject, object).await;
         if let Some(message) = self.plan.check(Call::GetObject, &object.key) {
             return Err(GetError {
                 object: object.to_string(),
                 message,
+                kind: GetErrorKind::Other,
             });
         }
         self.inner.get_object_range(object, range).await

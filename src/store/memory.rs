@@ -11,7 +11,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use super::{owner_mismatch, GetError, HeadError, ObjectClient, ObjectRef, PutError};
+use super::{owner_mismatch, GetError, GetErrorKind, HeadError, ObjectClient, ObjectRef, PutError};
 use crate::fingerprint::ObjectHead;
 
 #[derive(Debug, Clone)]
@@ -76,6 +76,35 @@ impl InMemoryObjects {
         }
     }
 
+    /// The bytes a GET of `object` reads, as S3 answers it: the caller's
+    /// bucket owner checked, a missing key (or any named version: this store
+    /// is unversioned) `NoSuchKey`, and an `If-Match` that is not the
+    /// current ETag 412.
+    fn current(&self, object: &ObjectRef) -> Result<Vec<u8>, GetError> {
+        let error = |message: String, kind| GetError {
+            object: object.to_string(),
+            message,
+            kind,
+        };
+        self.check_owner(&object.bucket)
+            .map_err(|message| error(message, GetErrorKind::Other))?;
+        let objects = self.objects();
+        let stored = objects
+            .get(&(object.bucket.clone(), object.key.clone()))
+            .filter(|_| object.version_id.is_none())
+            .ok_or_else(|| error("NoSuchKey".into(), GetErrorKind::Other))?;
+        if let Some(expected) = &object.if_match {
+            let current = etag(&stored.bytes);
+            if *expected != current {
+                return Err(error(
+                    format!("HTTP 412 PreconditionFailed: If-Match {expected}, ETag is {current}"),
+                    GetErrorKind::PreconditionFailed,
+                ));
+            }
+        }
+        Ok(stored.bytes.clone())
+    }
+
     /// An object's bytes.
     pub fn bytes(&self, bucket: &str, key: &str) -> Option<Vec<u8>> {
         self.objects()
@@ -133,20 +162,7 @@ impl ObjectClient for Arc<InMemoryObjects> {
     }
 
     async fn get_object(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
-        self.check_owner(&object.bucket)
-            .map_err(|message| GetError {
-                object: object.to_string(),
-                message,
-            })?;
-        let bytes = self
-            .objects()
-            .get(&(object.bucket.clone(), object.key.clone()))
-            .filter(|_| object.version_id.is_none())
-            .map(|s| s.bytes.clone());
-        bytes.map(ByteStream::from).ok_or_else(|| GetError {
-            object: object.to_string(),
-            message: "NoSuchKey".into(),
-        })
+        self.current(object).map(ByteStream::from)
     }
 
     async fn get_object_range(
@@ -154,26 +170,15 @@ impl ObjectClient for Arc<InMemoryObjects> {
         object: &ObjectRef,
         range: Range<u64>,
     ) -> Result<Vec<u8>, GetError> {
-        self.check_owner(&object.bucket)
-            .map_err(|message| GetError {
-                object: object.to_string(),
-                message,
-            })?;
-        let objects = self.objects();
-        let stored = objects
-            .get(&(object.bucket.clone(), object.key.clone()))
-            .filter(|_| object.version_id.is_none())
-            .ok_or_else(|| GetError {
-                object: object.to_string(),
-                message: "NoSuchKey".into(),
-            })?;
-        stored
-            .bytes
+        let bytes = self.current(object)?;
+        let size = bytes.len();
+        bytes
             .get(range.start as usize..range.end as usize)
             .map(<[u8]>::to_vec)
             .ok_or_else(|| GetError {
                 object: object.to_string(),
-                message: format!("InvalidRange: {range:?} of {} bytes", stored.bytes.len()),
+                message: format!("InvalidRange: {range:?} of {size} bytes"),
+                kind: GetErrorKind::Other,
             })
     }
 

@@ -21,6 +21,10 @@ pub struct ObjectRef {
     pub bucket: String,
     pub key: String,
     pub version_id: Option<String>,
+    /// GETs send `If-Match` with this ETag (without quotes): the bytes read
+    /// are those of the object that was headed and keyed, or the read fails
+    /// with [`GetErrorKind::PreconditionFailed`].
+    pub if_match: Option<String>,
 }
 
 impl std::fmt::Display for ObjectRef {
@@ -45,6 +49,16 @@ pub struct HeadError {
 pub struct GetError {
     pub object: String,
     pub message: String,
+    pub kind: GetErrorKind,
+}
+
+/// What a failed GetObject means to its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GetErrorKind {
+    /// `If-Match` failed (HTTP 412): the object is no longer the one headed.
+    PreconditionFailed,
+    /// Anything else: missing, denied, throttled, a 5xx, a broken stream.
+    Other,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -9,9 +9,21 @@ use aws_sdk_s3::Client;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_runtime_api::http::Response;
 
-use super::{owner_mismatch, GetError, HeadError, ObjectClient, ObjectRef, PutError};
+use super::{owner_mismatch, GetError, GetErrorKind, HeadError, ObjectClient, ObjectRef, PutError};
 use crate::aws::describe_error;
 use crate::fingerprint::ObjectHead;
+
+/// An ETag as HTTP writes it, in double quotes.
+fn quoted(etag: &str) -> String {
+    format!("\"{etag}\"")
+}
+
+fn get_error_kind<E>(err: &SdkError<E, Response>) -> GetErrorKind {
+    match err.raw_response() {
+        Some(raw) if raw.status().as_u16() == 412 => GetErrorKind::PreconditionFailed,
+        _ => GetErrorKind::Other,
+    }
+}
 
 /// Objects in S3.
 #[derive(Debug, Clone)]
@@ -111,6 +123,7 @@ impl ObjectClient for S3Objects {
             .bucket(&object.bucket)
             .key(&object.key)
             .set_version_id(object.version_id.clone())
+            .set_if_match(object.if_match.as_deref().map(quoted))
             .set_expected_bucket_owner(self.expected_bucket_owner.clone())
             .send()
             .await
@@ -118,6 +131,7 @@ impl ObjectClient for S3Objects {
             .map_err(|err| GetError {
                 object: object.to_string(),
                 message: self.describe(&err),
+                kind: get_error_kind(&err),
             })
     }
 
@@ -126,9 +140,10 @@ impl ObjectClient for S3Objects {
         object: &ObjectRef,
         range: Range<u64>,
     ) -> Result<Vec<u8>, GetError> {
-        let error = |message: String| GetError {
+        let error = |message: String, kind| GetError {
             object: format!("{object} bytes={}-{}", range.start, range.end),
             message,
+            kind,
         };
         if range.is_empty() {
             return Ok(Vec::new());
@@ -139,17 +154,18 @@ impl ObjectClient for S3Objects {
             .bucket(&object.bucket)
             .key(&object.key)
             .set_version_id(object.version_id.clone())
+            .set_if_match(object.if_match.as_deref().map(quoted))
             .set_expected_bucket_owner(self.expected_bucket_owner.clone())
             // HTTP ranges are inclusive at both ends.
             .range(format!("bytes={}-{}", range.start, range.end - 1))
             .send()
             .await
-            .map_err(|err| error(self.describe(&err)))?;
+            .map_err(|err| error(self.describe(&err), get_error_kind(&err)))?;
         let bytes = output
             .body
             .collect()
             .await
-            .map_err(|err| error(err.to_string()))?
+            .map_err(|err| error(err.to_string(), GetErrorKind::Other))?
             .into_bytes();
         Ok(bytes.to_vec())
     }
