@@ -94,7 +94,7 @@ def receive(sqs, queue_url, queue_arn, want):
 def invoke(mediaonce, event):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(event, f)
-    env = dict(os.environ, MEDIAONCE_TABLE=TABLE)
+    env = dict(os.environ, MEDIAONCE_TABLE=TABLE, MEDIAONCE_OUTPUT_BUCKET=BUCKET)
     result = subprocess.run([mediaonce, "invoke", "--event", f.name], env=env, capture_output=True, text=True)
     os.unlink(f.name)
     sys.stdout.write(result.stderr)

@@ -76,8 +76,8 @@ pub struct RecipeRule {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub table: String,
-    /// `None`: outputs go to the bucket the event names.
-    pub output_bucket: Option<String>,
+    /// Where every job's outputs go, whatever bucket its input was in.
+    pub output_bucket: String,
     /// Ends with `/` (or is empty).
     pub output_prefix: String,
     pub recipes: Vec<RecipeRule>,
@@ -109,6 +109,16 @@ impl Config {
         let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let table = get(ENV_TABLE)
             .ok_or_else(|| invalid(ENV_TABLE, "is required (the DynamoDB table of job claims)"))?;
+        // A job key names bytes, not a bucket: the same bytes uploaded to two
+        // buckets share one job, so its outputs must have one home that does
+        // not depend on which upload ran first.
+        let output_bucket = get(ENV_OUTPUT_BUCKET).ok_or_else(|| {
+            invalid(
+                ENV_OUTPUT_BUCKET,
+                "is required (the bucket every job's outputs go to: a job key names the bytes, \
+                 not the bucket they were uploaded to, so its outputs need one place)",
+            )
+        })?;
         let output_prefix = get(ENV_OUTPUT_PREFIX).unwrap_or_else(|| DEFAULT_OUTPUT_PREFIX.into());
         if output_prefix.starts_with('/') || !output_prefix.ends_with('/') {
             return Err(invalid(
@@ -156,7 +166,7 @@ impl Config {
             .transpose()?;
         Ok(Config {
             table,
-            output_bucket: get(ENV_OUTPUT_BUCKET),
+            output_bucket,
             output_prefix,
             recipes,
             concurrency,
@@ -172,20 +182,27 @@ impl Config {
         })
     }
 
-    /// The bucket a record's outputs go to.
-    pub fn output_bucket_for<'a>(&'a self, event_bucket: &'a str) -> &'a str {
-        self.output_bucket.as_deref().unwrap_or(event_bucket)
-    }
-
     /// Whether an object is one of our own outputs (the recursion guard).
     pub fn is_own_output(&self, bucket: &str, key: &str) -> bool {
-        bucket == self.output_bucket_for(bucket) && key.starts_with(&self.output_prefix)
+        bucket == self.output_bucket && key.starts_with(&self.output_prefix)
     }
 
-    /// `<output prefix><job key>/`
-    pub fn job_prefix(&self, job_key: &str) -> String {
-        format!("{}{}/", self.output_prefix, job_key)
+    /// Where this configuration puts a job's outputs:
+    /// `s3://<output bucket>/<output prefix><job key>/`.
+    pub fn output_location(&self, job_key: &str) -> String {
+        format!(
+            "s3://{}/{}{}/",
+            self.output_bucket, self.output_prefix, job_key
+        )
     }
+}
+
+/// An `s3://bucket/prefix/` location split into bucket and key prefix;
+/// `None` when it is not one.
+pub fn split_s3_location(location: &str) -> Option<(&str, &str)> {
+    let rest = location.strip_prefix("s3://")?;
+    let (bucket, prefix) = rest.split_once('/')?;
+    (!bucket.is_empty() && prefix.ends_with('/')).then_some((bucket, prefix))
 }
 
 fn positive(
@@ -325,7 +342,12 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    /// The configuration from `vars`, with an output bucket unless they name one.
     fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        config_exactly(&[&[(ENV_OUTPUT_BUCKET, "out")], vars].concat())
+    }
+
+    fn config_exactly(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let map: HashMap<String, String> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -335,10 +357,10 @@ mod tests {
 
     #[test]
     fn defaults() {
-        let c = config(&[(ENV_TABLE, "jobs")]).unwrap();
+        let c = config(&[(ENV_TABLE, "jobs"), (ENV_OUTPUT_BUCKET, "out")]).unwrap();
         assert_eq!(c.output_prefix, "derived/");
         assert_eq!(c.concurrency, 8);
-        assert_eq!(c.output_bucket, None);
+        assert_eq!(c.output_bucket, "out");
         assert_eq!(c.recipes.len(), 1);
         assert_eq!(c.recipes[0].recipe.step, "probe");
         assert_eq!(c.lease, LeasePolicy::default());
@@ -449,11 +471,36 @@ mod tests {
 
     #[test]
     fn recursion_guard_only_in_the_output_bucket() {
-        let same = config(&[(ENV_TABLE, "t")]).unwrap();
+        let same = config(&[(ENV_TABLE, "t"), (ENV_OUTPUT_BUCKET, "media")]).unwrap();
         assert!(same.is_own_output("media", "derived/abc/probe.json"));
         assert!(!same.is_own_output("media", "uploads/derived/x"));
         let separate = config(&[(ENV_TABLE, "t"), (ENV_OUTPUT_BUCKET, "out")]).unwrap();
         assert!(!separate.is_own_output("media", "derived/abc/probe.json"));
         assert!(separate.is_own_output("out", "derived/abc/probe.json"));
+        assert_eq!(separate.output_location("k"), "s3://out/derived/k/");
+    }
+
+    #[test]
+    fn the_output_bucket_is_required_and_says_why() {
+        let e = config_exactly(&[(ENV_TABLE, "t")]).unwrap_err();
+        assert_eq!(e.variable, ENV_OUTPUT_BUCKET);
+        assert!(e.problem.contains("a job key names the bytes"), "{e}");
+    }
+
+    #[test]
+    fn s3_locations_split_into_bucket_and_prefix() {
+        assert_eq!(
+            split_s3_location("s3://out/derived/k/"),
+            Some(("out", "derived/k/"))
+        );
+        assert_eq!(split_s3_location("s3://out/k/"), Some(("out", "k/")));
+        for bad in [
+            "out/derived/k/",
+            "s3:///k/",
+            "s3://out",
+            "s3://out/derived/k",
+        ] {
+            assert_eq!(split_s3_location(bad), None, "{bad}");
+        }
     }
 }

@@ -17,7 +17,7 @@ use futures::FutureExt;
 use tokio::sync::{OnceCell, Semaphore};
 use tokio::task::JoinHandle;
 
-use crate::config::{Config, ConfigError, RecipeRule};
+use crate::config::{split_s3_location, Config, ConfigError, RecipeRule};
 use crate::event::{parse_body, EventKind, Notification, S3Record};
 use crate::fifo::lanes;
 use crate::fingerprint::{fingerprint, replaced_since_event, Fingerprint, ObjectHead};
@@ -504,14 +504,12 @@ async fn run_job(
     fingerprint: &Fingerprint,
 ) -> JobReport {
     let started = Instant::now();
-    let output_bucket = app.config.output_bucket_for(&head.bucket).to_string();
-    let prefix = app.config.job_prefix(job_key);
     let now = app.now_ms();
     let request = ClaimRequest {
         job_key: job_key.to_string(),
         step: rule.recipe.step.clone(),
         input_hash: fingerprint.input_hash.clone(),
-        output_prefix: format!("s3://{output_bucket}/{prefix}"),
+        output_prefix: app.config.output_location(job_key),
         owner: format!("{}/{}", invocation.request_id, uuid::Uuid::new_v4()),
         lease_until_ms: app.config.lease.lease_until_ms(now, invocation.deadline_ms),
         now_ms: now,
@@ -531,7 +529,18 @@ async fn run_job(
     }
     let claim = match app.ledger.claim(&request).await {
         Err(err) => return report(Outcome::Failed, 0, Some(err.to_string())),
-        Ok(ClaimOutcome::Done(row)) => return report(Outcome::Reused, row.attempts, None),
+        Ok(ClaimOutcome::Done(row)) => {
+            if row.output_prefix != request.output_prefix {
+                // Made under another configuration: reused where it is.
+                tracing::info!(
+                    job_key,
+                    output_prefix = row.output_prefix.as_str(),
+                    configured = request.output_prefix.as_str(),
+                    "the job's outputs are where an earlier configuration put them"
+                );
+            }
+            return report(Outcome::Reused, row.attempts, None);
+        }
         Ok(ClaimOutcome::Busy(row)) => {
             return JobReport {
                 busy_until_ms: Some(row.lease_until_ms),
@@ -553,6 +562,15 @@ async fn run_job(
         Ok(ClaimOutcome::Run(claim)) => claim,
     };
 
+    // The row's location: a takeover writes where the first attempt did.
+    let Some((output_bucket, prefix)) = split_s3_location(&claim.output_prefix) else {
+        let error = format!(
+            "the job row's output_prefix {:?} is not an s3://bucket/prefix/ location",
+            claim.output_prefix
+        );
+        let _ = app.ledger.finish_failed(&claim, &error, app.now_ms()).await;
+        return report(Outcome::Failed, claim.attempt, Some(error));
+    };
     let input = JobInput::new(app.store.clone(), head.clone(), fingerprint.clone());
     let mut outputs = JobOutputs::new(app.store.clone(), output_bucket, prefix);
     let result = run_step(app, invocation, rule, job_key, &input, &mut outputs).await;
@@ -722,7 +740,10 @@ mod tests {
 
     fn fixture_with_vars(extra: &[(&str, &str)]) -> Fixture {
         let steps = StepRegistry::builtin();
-        let mut vars = HashMap::from([("MEDIAONCE_TABLE", "jobs")]);
+        let mut vars = HashMap::from([
+            ("MEDIAONCE_TABLE", "jobs"),
+            ("MEDIAONCE_OUTPUT_BUCKET", "in"),
+        ]);
         vars.extend(extra.iter().copied());
         let config =
             Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
@@ -864,6 +885,57 @@ mod tests {
         assert!((5..=7).contains(seconds), "{seconds}");
         let row: JobRow = f.app.ledger.get(&key).await.unwrap().unwrap();
         assert_eq!(row.owner, "elsewhere");
+    }
+
+    #[tokio::test]
+    async fn a_takeover_writes_where_the_row_says_and_reuse_stays_there() {
+        let f = fixture();
+        let etag = f.objects.insert("in", "moved.bin", b"moved", true);
+        let key = job_key(&sha256_hex(b"moved"), &f.app.config.recipes[0].recipe_hash);
+        // A first attempt under an earlier configuration failed.
+        let earlier = format!("s3://in/earlier/{key}/");
+        let now = f.app.now_ms();
+        let ClaimOutcome::Run(claim) = f
+            .app
+            .ledger
+            .claim(&ClaimRequest {
+                job_key: key.clone(),
+                step: "probe".into(),
+                input_hash: sha256_hex(b"moved"),
+                output_prefix: earlier.clone(),
+                owner: "earlier/1".into(),
+                lease_until_ms: now + 5_000,
+                now_ms: now,
+                max_attempts: 3,
+            })
+            .await
+            .unwrap()
+        else {
+            panic!("not claimed")
+        };
+        f.app
+            .ledger
+            .finish_failed(&claim, "S3 was down", now)
+            .await
+            .unwrap();
+
+        let report = handle(&f.app, vec![message("1", "moved.bin", &etag)]).await;
+        let job = report.jobs().next().unwrap();
+        assert_eq!((job.outcome, job.attempt), (Outcome::Ran, 2), "{job:?}");
+        let row = f.app.ledger.get(&key).await.unwrap().unwrap();
+        assert_eq!(row.output_prefix, earlier);
+        assert_eq!(
+            f.objects.keys("in", ""),
+            [
+                format!("earlier/{key}/_manifest.json"),
+                format!("earlier/{key}/probe.json"),
+                "moved.bin".to_string(),
+            ]
+        );
+        // Done there: reused there, nothing written where the configuration says.
+        let report = handle(&f.app, vec![message("2", "moved.bin", &etag)]).await;
+        assert_eq!(report.jobs().next().unwrap().outcome, Outcome::Reused);
+        assert!(f.objects.keys("in", "derived/").is_empty());
     }
 
     #[tokio::test]

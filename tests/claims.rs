@@ -90,6 +90,25 @@ async fn an_expired_lease_is_taken_over() {
 }
 
 #[tokio::test]
+async fn a_takeover_keeps_the_rows_output_prefix() {
+    let (p, message, key) = one_upload().await;
+    let mut row = seed(&p, &key, JobStatus::Running, now_ms() - 1, None).await;
+    // Claimed under an earlier configuration (another output prefix).
+    row.output_prefix = format!("s3://{}/earlier/{key}/", p.output_bucket);
+    p.seed_row(&row).await;
+    let report = p.handle(vec![message]).await;
+    assert_eq!(report.jobs().next().unwrap().outcome, Outcome::Ran);
+    let done = p.row(&key).await.unwrap();
+    assert_eq!(done.output_prefix, row.output_prefix);
+    assert_eq!(
+        p.output_keys(&format!("earlier/{key}/")).await.len(),
+        2,
+        "probe.json and the manifest where the row says"
+    );
+    assert!(p.output_keys(&format!("derived/{key}/")).await.is_empty());
+}
+
+#[tokio::test]
 async fn a_failed_job_is_retried() {
     let (p, message, key) = one_upload().await;
     seed(

@@ -121,6 +121,7 @@ async fn each_recipe_has_the_margin_its_step_declares() {
     let config = Config::from_lookup(
         |name| match name {
             ENV_TABLE => Some("t".into()),
+            "MEDIAONCE_OUTPUT_BUCKET" => Some("out".into()),
             ENV_RECIPES => Some(recipes.into()),
             _ => None,
         },

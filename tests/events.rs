@@ -101,7 +101,7 @@ fn invoke(name: &str, table: &str) -> (SqsBatchResponse, String) {
         .args(["invoke", "--event"])
         .arg(events_dir().join(name))
         .env("MEDIAONCE_TABLE", table)
-        .env_remove("MEDIAONCE_OUTPUT_BUCKET")
+        .env("MEDIAONCE_OUTPUT_BUCKET", "mediaonce-demo-input")
         .env_remove("MEDIAONCE_RECIPES")
         .output()
         .expect("mediaonce runs");

@@ -198,7 +198,7 @@ impl LedgerTable for DynamoDbTable {
             .key(attr::JOB_KEY, s(&request.job_key))
             .update_expression(
                 "SET #status = :running, #owner = :owner, #lease = :lease, #attempts = #attempts + :one, \
-                 #updated = :now, #step = :step, #input = :input, #prefix = :prefix",
+                 #updated = :now, #step = :step, #input = :input",
             )
             .condition_expression("#owner = :seen_owner AND #status = :seen_status")
             .expression_attribute_names("#status", attr::STATUS)
@@ -208,7 +208,6 @@ impl LedgerTable for DynamoDbTable {
             .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
             .expression_attribute_names("#step", attr::STEP)
             .expression_attribute_names("#input", attr::INPUT_HASH)
-            .expression_attribute_names("#prefix", attr::OUTPUT_PREFIX)
             .expression_attribute_values(":running", s(JobStatus::Running.as_str()))
             .expression_attribute_values(":owner", s(&request.owner))
             .expression_attribute_values(":lease", n(request.lease_until_ms))
@@ -216,7 +215,6 @@ impl LedgerTable for DynamoDbTable {
             .expression_attribute_values(":now", n(request.now_ms))
             .expression_attribute_values(":step", s(&request.step))
             .expression_attribute_values(":input", s(&request.input_hash))
-            .expression_attribute_values(":prefix", s(&request.output_prefix))
             .expression_attribute_values(":seen_owner", s(&seen.owner))
             .expression_attribute_values(":seen_status", s(seen.status.as_str()))
             .return_values(ReturnValue::AllNew)

@@ -69,7 +69,6 @@ impl LedgerTable for InMemoryTable {
         row.updated_at_ms = request.now_ms;
         row.step = request.step.clone();
         row.input_hash = request.input_hash.clone();
-        row.output_prefix = request.output_prefix.clone();
         Ok(Conditional::Applied(row.attempts))
     }
 

@@ -125,6 +125,9 @@ pub struct Claim {
     /// 1 for the first run, then one more per takeover.
     pub attempt: u64,
     pub lease_until_ms: u64,
+    /// Where this attempt writes: the row's `output_prefix`, which a
+    /// takeover keeps, so one job's files never land in two places.
+    pub output_prefix: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,8 +202,9 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
     async fn put_new(&self, row: &JobRow) -> Result<Conditional<()>, LedgerError>;
 
     /// UpdateItem taking the job over: `running`, the request's owner, lease
-    /// and now, attempts + 1; conditioned on `owner` and `status` being those
-    /// of `seen`. Applied: the attempts after the update.
+    /// and now, attempts + 1 (the row's `output_prefix` is kept);
+    /// conditioned on `owner` and `status` being those of `seen`. Applied:
+    /// the attempts after the update.
     async fn take_over(
         &self,
         seen: &JobRow,
@@ -281,7 +285,13 @@ impl Ledger {
             updated_at_ms: request.now_ms,
         };
         let existing = match self.table.put_new(&row).await? {
-            Conditional::Applied(()) => return Ok(ClaimOutcome::Run(claim_of(request, 1))),
+            Conditional::Applied(()) => {
+                return Ok(ClaimOutcome::Run(claim_of(
+                    request,
+                    1,
+                    &request.output_prefix,
+                )))
+            }
             Conditional::Rejected(Some(existing)) => existing,
             // Some DynamoDB implementations return no item with the failure.
             Conditional::Rejected(None) => match self.table.get(&request.job_key).await? {
@@ -307,7 +317,9 @@ impl Ledger {
         seen: &JobRow,
     ) -> Result<ClaimOutcome, LedgerError> {
         Ok(match self.table.take_over(seen, request).await? {
-            Conditional::Applied(attempt) => ClaimOutcome::Run(claim_of(request, attempt)),
+            Conditional::Applied(attempt) => {
+                ClaimOutcome::Run(claim_of(request, attempt, &seen.output_prefix))
+            }
             Conditional::Rejected(Some(winner)) if winner.status == JobStatus::Done => {
                 ClaimOutcome::Done(winner)
             }
@@ -375,12 +387,13 @@ impl Ledger {
     }
 }
 
-fn claim_of(request: &ClaimRequest, attempt: u64) -> Claim {
+fn claim_of(request: &ClaimRequest, attempt: u64, output_prefix: &str) -> Claim {
     Claim {
         job_key: request.job_key.clone(),
         owner: request.owner.clone(),
         attempt,
         lease_until_ms: request.lease_until_ms,
+        output_prefix: output_prefix.to_string(),
     }
 }
 

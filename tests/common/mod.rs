@@ -398,10 +398,10 @@ impl Pipeline {
 
         create_table(&dynamodb, &table).await;
 
-        let mut vars = HashMap::from([(ENV_TABLE.to_string(), table.clone())]);
-        if options.separate_output_bucket {
-            vars.insert(ENV_OUTPUT_BUCKET.into(), output_bucket.clone());
-        }
+        let mut vars = HashMap::from([
+            (ENV_TABLE.to_string(), table.clone()),
+            (ENV_OUTPUT_BUCKET.to_string(), output_bucket.clone()),
+        ]);
         for (name, value) in options.vars {
             vars.insert(name.to_string(), value);
         }
