@@ -64,10 +64,16 @@ impl RangeSource for [u8] {
 impl RangeSource for std::fs::File {
     async fn read_range(&self, range: Range<u64>) -> Result<Vec<u8>, String> {
         use std::os::unix::fs::FileExt;
-        let mut buffer = vec![0u8; (range.end - range.start) as usize];
-        self.read_exact_at(&mut buffer, range.start)
-            .map_err(|e| e.to_string())?;
-        Ok(buffer)
+        // A moov can be 64 MiB: read it on a blocking thread, not a runtime one.
+        let file = self.try_clone().map_err(|e| e.to_string())?;
+        tokio::task::spawn_blocking(move || {
+            let mut buffer = vec![0u8; (range.end - range.start) as usize];
+            file.read_exact_at(&mut buffer, range.start)
+                .map_err(|e| e.to_string())?;
+            Ok(buffer)
+        })
+        .await
+        .map_err(|e| format!("reading the file: {e}"))?
     }
 }
 

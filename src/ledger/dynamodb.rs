@@ -43,7 +43,11 @@ impl JobRow {
             attempts: number(attr::ATTEMPTS)?,
             owner: string(attr::OWNER)?,
             output_prefix: string(attr::OUTPUT_PREFIX)?,
-            error: string(attr::ERROR).ok(),
+            error: match item.get(attr::ERROR) {
+                None => None,
+                Some(AttributeValue::S(error)) => Some(error.clone()),
+                Some(_) => return Err(format!("attribute {} is not a string", attr::ERROR)),
+            },
             updated_at_ms: number(attr::UPDATED_AT_MS)?,
         })
     }
@@ -364,5 +368,11 @@ mod tests {
         item.insert(attr::OWNER.into(), s("o"));
         item.insert(attr::STATUS.into(), s("paused"));
         assert!(JobRow::from_item(&item).unwrap_err().contains("paused"));
+        let mut item = row().to_item();
+        item.insert(attr::ERROR.into(), n(3));
+        assert_eq!(
+            JobRow::from_item(&item),
+            Err("attribute error is not a string".into())
+        );
     }
 }

@@ -284,21 +284,29 @@ impl Ledger {
             error: None,
             updated_at_ms: request.now_ms,
         };
-        let existing = match self.table.put_new(&row).await? {
-            Conditional::Applied(()) => {
-                return Ok(ClaimOutcome::Run(claim_of(
-                    request,
-                    1,
-                    &request.output_prefix,
-                )))
+        // Twice at most: a row deleted between the failed put and the read
+        // (a released claim) means the key is free again, so claim anew.
+        let mut tries = 0;
+        let existing = loop {
+            tries += 1;
+            match self.table.put_new(&row).await? {
+                Conditional::Applied(()) => {
+                    return Ok(ClaimOutcome::Run(claim_of(
+                        request,
+                        1,
+                        &request.output_prefix,
+                    )))
+                }
+                Conditional::Rejected(Some(existing)) => break existing,
+                // Some DynamoDB implementations return no item with the failure.
+                Conditional::Rejected(None) => match self.table.get(&request.job_key).await? {
+                    Some(existing) => break existing,
+                    None if tries < 2 => continue,
+                    // Gone twice over: the key is contended; the message
+                    // comes back.
+                    None => return Ok(ClaimOutcome::Busy(row)),
+                },
             }
-            Conditional::Rejected(Some(existing)) => existing,
-            // Some DynamoDB implementations return no item with the failure.
-            Conditional::Rejected(None) => match self.table.get(&request.job_key).await? {
-                Some(existing) => existing,
-                // Deleted between the two calls: busy, the message comes back.
-                None => return Ok(ClaimOutcome::Busy(row)),
-            },
         };
         match judge(&existing, request.now_ms, request.max_attempts) {
             Verdict::Done => Ok(ClaimOutcome::Done(existing)),
@@ -514,6 +522,67 @@ mod tests {
             ledger.retry("nope", 3_001).await,
             Err(RetryError::NotFound(_))
         ));
+    }
+
+    /// A table whose first put finds a row that is deleted before it can
+    /// be read (a claim released in between), as a real table can.
+    #[derive(Debug)]
+    struct DeletedInBetween {
+        inner: memory::InMemoryTable,
+        puts: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl LedgerTable for DeletedInBetween {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+        async fn get(&self, job_key: &str) -> Result<Option<JobRow>, LedgerError> {
+            self.inner.get(job_key).await
+        }
+        async fn put_new(&self, row: &JobRow) -> Result<Conditional<()>, LedgerError> {
+            if self.puts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                return Ok(Conditional::Rejected(None));
+            }
+            self.inner.put_new(row).await
+        }
+        async fn take_over(
+            &self,
+            seen: &JobRow,
+            request: &ClaimRequest,
+        ) -> Result<Conditional<u64>, LedgerError> {
+            self.inner.take_over(seen, request).await
+        }
+        async fn finish(
+            &self,
+            claim: &Claim,
+            status: JobStatus,
+            error: Option<&str>,
+            now_ms: u64,
+        ) -> Result<Conditional<()>, LedgerError> {
+            self.inner.finish(claim, status, error, now_ms).await
+        }
+        async fn release(&self, claim: &Claim) -> Result<Conditional<()>, LedgerError> {
+            self.inner.release(claim).await
+        }
+        async fn reset_attempts(
+            &self,
+            job_key: &str,
+            now_ms: u64,
+        ) -> Result<Conditional<JobRow>, LedgerError> {
+            self.inner.reset_attempts(job_key, now_ms).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_row_gone_between_the_put_and_the_read_is_claimed_anew() {
+        let ledger = Ledger::new(DeletedInBetween {
+            inner: memory::InMemoryTable::new("t"),
+            puts: Default::default(),
+        });
+        let claim = run(ledger.claim(&request("me/1", 1_000)).await.unwrap());
+        assert_eq!((claim.owner.as_str(), claim.attempt), ("me/1", 1));
+        assert_eq!(ledger.get("k").await.unwrap().unwrap().owner, "me/1");
     }
 
     #[tokio::test]
