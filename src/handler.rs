@@ -58,6 +58,9 @@ pub struct App {
     pub queue: Queue,
     pub steps: StepRegistry,
     clock: Arc<dyn Clock>,
+    /// The owner tokens' and the busy jitter's randomness: seedable, so that
+    /// a run (a test, the chaos soak, a simulation) can be repeated.
+    rng: Mutex<fastrand::Rng>,
 }
 
 impl App {
@@ -75,6 +78,7 @@ impl App {
             queue,
             steps,
             clock: Arc::new(SystemClock),
+            rng: Mutex::new(fastrand::Rng::new()),
         }
     }
 
@@ -82,6 +86,27 @@ impl App {
     pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
         self.clock = Arc::new(clock);
         self
+    }
+
+    /// The same, drawing owner tokens and jitter from a generator seeded
+    /// with `seed`: equal seeds, equal draws.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.rng = Mutex::new(fastrand::Rng::with_seed(seed));
+        self
+    }
+
+    /// A fresh fencing token for one attempt: `<request id>/<uuid v4>`.
+    fn owner_token(&self, request_id: &str) -> String {
+        let bytes = lock(&self.rng).u128(..).to_le_bytes();
+        format!(
+            "{request_id}/{}",
+            uuid::Builder::from_random_bytes(bytes).into_uuid()
+        )
+    }
+
+    /// Up to 1 s of jitter for a busy message's return.
+    fn jitter_ms(&self) -> u64 {
+        lock(&self.rng).u64(0..=1_000)
     }
 
     /// The time on this worker's clock, in epoch milliseconds.
@@ -297,7 +322,7 @@ async fn delay_busy_message(app: &App, message_id: &str, message: &SqsMessage, b
         );
         return;
     };
-    let seconds = busy_delay_secs(busy_until_ms, app.now_ms(), fastrand::u64(0..=1_000));
+    let seconds = busy_delay_secs(busy_until_ms, app.now_ms(), app.jitter_ms());
     match app.queue.delay(&queue_url, receipt_handle, seconds).await {
         Ok(()) => tracing::info!(
             message_id,
@@ -510,7 +535,7 @@ async fn run_job(
         step: rule.recipe.step.clone(),
         input_hash: fingerprint.input_hash.clone(),
         output_prefix: app.config.output_location(job_key),
-        owner: format!("{}/{}", invocation.request_id, uuid::Uuid::new_v4()),
+        owner: app.owner_token(&invocation.request_id),
         lease_until_ms: app.config.lease.lease_until_ms(now, invocation.deadline_ms),
         now_ms: now,
         max_attempts: app.config.max_attempts,
@@ -631,6 +656,7 @@ async fn run_step(
         input,
         deadline_ms: invocation.deadline_ms,
         max_pixels: app.config.max_pixels,
+        clock: app.clock.as_ref(),
     };
     AssertUnwindSafe(step.run(&context, outputs))
         .catch_unwind()
@@ -736,6 +762,27 @@ mod tests {
             Some(recipes) => fixture_with_vars(&[("MEDIAONCE_RECIPES", recipes)]),
             None => fixture_with_vars(&[]),
         }
+    }
+
+    /// An app on in-memory clients with the default configuration.
+    fn fixture_app() -> App {
+        let steps = StepRegistry::builtin();
+        let config = Config::from_lookup(
+            |name| match name {
+                "MEDIAONCE_TABLE" => Some("jobs".into()),
+                "MEDIAONCE_OUTPUT_BUCKET" => Some("out".into()),
+                _ => None,
+            },
+            &steps,
+        )
+        .unwrap();
+        App::new(
+            config,
+            Ledger::new(InMemoryTable::new("jobs")),
+            ObjectStore::new(InMemoryObjects::new()),
+            Queue::new(Arc::new(RecordingQueue::default())),
+            steps,
+        )
     }
 
     fn fixture_with_vars(extra: &[(&str, &str)]) -> Fixture {
@@ -885,6 +932,26 @@ mod tests {
         assert!((5..=7).contains(seconds), "{seconds}");
         let row: JobRow = f.app.ledger.get(&key).await.unwrap().unwrap();
         assert_eq!(row.owner, "elsewhere");
+    }
+
+    #[test]
+    fn owner_tokens_and_jitter_repeat_from_a_seed() {
+        let app = |seed| fixture_app().with_seed(seed);
+        let (a, b, c) = (app(7), app(7), app(8));
+        let draws = |app: &App| {
+            (
+                app.owner_token("req"),
+                app.owner_token("req"),
+                app.jitter_ms(),
+            )
+        };
+        assert_eq!(draws(&a), draws(&b));
+        let (first, second, jitter) = draws(&c);
+        assert_ne!(first, second, "a token per attempt");
+        assert_ne!((first.clone(), second), (draws(&a).0, draws(&a).1));
+        assert!(jitter <= 1_000);
+        let uuid = first.strip_prefix("req/").unwrap();
+        assert_eq!(uuid::Uuid::parse_str(uuid).unwrap().get_version_num(), 4);
     }
 
     #[tokio::test]

@@ -63,12 +63,13 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        now_ms()
+        system_now_ms()
     }
 }
 
-/// The wall clock in epoch milliseconds.
-pub fn now_ms() -> u64 {
+/// The wall clock in epoch milliseconds. Private: everything else reads the
+/// time through a [`Clock`], so that tests and the simulator can set it.
+fn system_now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(millis)

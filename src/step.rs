@@ -328,6 +328,8 @@ pub struct StepContext<'a> {
     /// Images declaring more pixels are refused before decoding
     /// (`MEDIAONCE_MAX_PIXELS`).
     pub max_pixels: u64,
+    /// The worker's clock: the one the deadline is compared with.
+    pub clock: &'a dyn crate::lease::Clock,
 }
 
 /// A unit of work a recipe can name.

@@ -3,10 +3,11 @@
 
 mod common;
 
+use common::now_ms;
+
 use common::{claim_request, fresh_ledger, Options, Pipeline};
 use mediaonce::handler::Outcome;
 use mediaonce::key::{job_key, sha256_hex};
-use mediaonce::lease::now_ms;
 use mediaonce::ledger::{ClaimOutcome, ClaimRequest, FinishError, JobRow, JobStatus};
 
 const BYTES: &[u8] = b"claimed bytes";

@@ -4,13 +4,14 @@
 
 mod common;
 
+use common::now_ms;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::{failed_ids, handle_before, Options, Pipeline};
 use mediaonce::config::{Config, ENV_DEADLINE_MARGIN_SECS, ENV_RECIPES, ENV_TABLE};
 use mediaonce::handler::{App, Outcome};
-use mediaonce::lease::now_ms;
 use mediaonce::ledger::{JobStatus, Ledger};
 use mediaonce::queue::Queue;
 use mediaonce::step::{JobOutputs, Step, StepContext, StepError, StepRegistry};

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::now_ms;
+
 use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::SqsMessage;
@@ -11,7 +13,6 @@ use common::{handle_with, Options, Pipeline};
 use mediaonce::faults::{Call, FaultPlan};
 use mediaonce::handler::{BatchReport, Outcome};
 use mediaonce::key::{job_key, sha256_hex};
-use mediaonce::lease::now_ms;
 use mediaonce::ledger::{JobRow, JobStatus};
 use mediaonce::step::Manifest;
 

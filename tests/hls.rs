@@ -332,6 +332,24 @@ async fn run_direct(
     params: serde_json::Value,
     deadline_ms: Option<u64>,
 ) -> Result<BTreeMap<String, Vec<u8>>, StepError> {
+    run_direct_at(
+        step,
+        input,
+        params,
+        deadline_ms,
+        &mediaonce::lease::SystemClock,
+    )
+    .await
+}
+
+/// [`run_direct`] on a worker whose clock is `clock`.
+async fn run_direct_at(
+    step: &HlsPackage,
+    input: &[u8],
+    params: serde_json::Value,
+    deadline_ms: Option<u64>,
+    clock: &dyn mediaonce::lease::Clock,
+) -> Result<BTreeMap<String, Vec<u8>>, StepError> {
     let objects = InMemoryObjects::new();
     objects.insert("in", "clip.mp4", input, true);
     let store = ObjectStore::new(objects.clone());
@@ -353,6 +371,7 @@ async fn run_direct(
         input: &input,
         deadline_ms,
         max_pixels: 100_000_000,
+        clock,
     };
     let mut outputs = JobOutputs::new(store, "out", "job/");
     step.run(&context, &mut outputs).await?;
@@ -514,7 +533,7 @@ async fn ffmpeg_is_stopped_before_the_deadline_and_its_scratch_removed() {
     let step = step_in("deadline");
     // Minutes of work at veryslow; the deadline leaves ffmpeg 1.5 s.
     let bytes = std::fs::read(av_clip("hls-1080p-8s.mp4", "1920x1080", 25, 8, &[])).unwrap();
-    let deadline = mediaonce::lease::now_ms() + STOP_BEFORE_DEADLINE.as_millis() as u64 + 1_500;
+    let deadline = common::now_ms() + STOP_BEFORE_DEADLINE.as_millis() as u64 + 1_500;
     let err = run_direct(
         &step,
         &bytes,
@@ -528,14 +547,44 @@ async fn ffmpeg_is_stopped_before_the_deadline_and_its_scratch_removed() {
         message.contains("ffmpeg stopped 10 s before the invocation deadline"),
         "{message}"
     );
-    assert!(
-        mediaonce::lease::now_ms() < deadline - 5_000,
-        "stopped too late"
-    );
+    assert!(common::now_ms() < deadline - 5_000, "stopped too late");
     assert_eq!(
         std::fs::read_dir(&step.scratch).unwrap().count(),
         0,
         "scratch left behind"
+    );
+}
+
+/// A worker's clock stopped at one instant.
+#[derive(Debug)]
+struct FixedClock(u64);
+
+impl mediaonce::lease::Clock for FixedClock {
+    fn now_ms(&self) -> u64 {
+        self.0
+    }
+}
+
+#[tokio::test]
+async fn the_deadline_is_read_on_the_workers_clock() {
+    let step = step_in("worker_clock");
+    let bytes = std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap();
+    // By the worker's clock 9 s are left (less than the 10 s ffmpeg stops
+    // before the deadline); by the system's, an hour: ffmpeg must not run on.
+    let deadline = common::now_ms() + 3_600_000;
+    let err = run_direct_at(
+        &step,
+        &bytes,
+        serde_json::json!({"ladder": [144], "preset": "ultrafast"}),
+        Some(deadline),
+        &FixedClock(deadline - 9_000),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("ffmpeg stopped 10 s before the invocation deadline"),
+        "{err}"
     );
 }
 

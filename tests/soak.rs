@@ -209,7 +209,7 @@ async fn worker(
             }
             Some(Crash::BeforeDelete) | None => {}
         }
-        let app = p.worker(0, faults);
+        let app = p.seeded_worker(0, faults, rng.u64(..));
         let deadline = app.now_ms() + INVOCATION_MS;
         let report = handle_before(app, messages.clone(), deadline).await;
         tally_report(&tally, &report, crash.is_some());

@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use mediaonce::config::ENV_TABLE;
 use mediaonce::handler::{handle_batch, App, Invocation};
 use mediaonce::key::{check_input_hash, job_key, Recipe};
-use mediaonce::lease::now_ms;
+use mediaonce::lease::{Clock, SystemClock};
 use mediaonce::ledger::Ledger;
 use mediaonce::step::StepRegistry;
 
@@ -104,7 +104,7 @@ fn main() -> ExitCode {
             }
         }),
         Command::Retry { job_key } => with_ledger(|ledger| async move {
-            match ledger.retry(&job_key, now_ms()).await {
+            match ledger.retry(&job_key, SystemClock.now_ms()).await {
                 Ok(was) => {
                     println!(
                         "job {job_key} is claimable again: it had failed {} time(s); last error: {}",

@@ -536,12 +536,16 @@ impl Step for HlsPackage {
             &input_path,
             &out_dir,
         );
+        // How long ffmpeg may run, read from the worker's clock once.
+        let time_left = context
+            .deadline_ms
+            .map(|deadline| Duration::from_millis(deadline.saturating_sub(context.clock.now_ms())));
         run_ffmpeg(
             &self.ffmpeg,
             &args,
             &dir,
             movie.duration,
-            context.deadline_ms,
+            time_left,
             context.job_key,
         )
         .await?;
@@ -578,21 +582,17 @@ pub fn ffmpeg_env(scratch: &Path) -> Vec<(&'static str, std::ffi::OsString)> {
 
 /// Runs ffmpeg to completion in a cleared environment ([`ffmpeg_env`]),
 /// logging its progress; kills it [`STOP_BEFORE_DEADLINE`] before the
-/// deadline.
+/// invocation's `time_left` runs out.
 async fn run_ffmpeg(
     ffmpeg: &Path,
     args: &[String],
     scratch: &Path,
     duration: Option<f64>,
-    deadline_ms: Option<u64>,
+    time_left: Option<Duration>,
     job_key: &str,
 ) -> Result<(), StepError> {
-    let stop_at = deadline_ms.map(|deadline| {
-        let now = crate::lease::now_ms();
-        let left = Duration::from_millis(deadline.saturating_sub(now))
-            .saturating_sub(STOP_BEFORE_DEADLINE);
-        tokio::time::Instant::now() + left
-    });
+    let stop_at = time_left
+        .map(|left| tokio::time::Instant::now() + left.saturating_sub(STOP_BEFORE_DEADLINE));
     let mut child = tokio::process::Command::new(ffmpeg)
         .args(args)
         .env_clear()

@@ -39,6 +39,12 @@ use mediaonce::store::{GetError, HeadError, ObjectClient, ObjectRef, ObjectStore
 pub mod media;
 pub mod ts;
 
+/// The wall clock in epoch milliseconds, as the workers' `SystemClock` reads it.
+pub fn now_ms() -> u64 {
+    use mediaonce::lease::Clock;
+    mediaonce::lease::SystemClock.now_ms()
+}
+
 /// Counts DynamoDB calls made through a client (one per operation, not per
 /// retry attempt).
 #[derive(Debug, Default, Clone)]
@@ -220,7 +226,7 @@ pub struct SkewedClock(pub i64);
 
 impl Clock for SkewedClock {
     fn now_ms(&self) -> u64 {
-        (mediaonce::lease::now_ms() as i64 + self.0) as u64
+        (now_ms() as i64 + self.0) as u64
     }
 }
 
@@ -449,6 +455,16 @@ impl Pipeline {
     /// Another worker on the same pipeline: its clock `clock_offset_ms` off
     /// the system's, its DynamoDB and S3 calls failing as `faults` says.
     pub fn worker(&self, clock_offset_ms: i64, faults: Arc<FaultPlan>) -> Arc<App> {
+        self.seeded_worker(clock_offset_ms, faults, fastrand::u64(..))
+    }
+
+    /// The same, its owner tokens and jitter drawn from `seed`.
+    pub fn seeded_worker(
+        &self,
+        clock_offset_ms: i64,
+        faults: Arc<FaultPlan>,
+        seed: u64,
+    ) -> Arc<App> {
         Arc::new(
             App::new(
                 self.config.clone(),
@@ -460,7 +476,8 @@ impl Pipeline {
                 Queue::sqs(self.sqs.clone()),
                 self.steps.clone(),
             )
-            .with_clock(SkewedClock(clock_offset_ms)),
+            .with_clock(SkewedClock(clock_offset_ms))
+            .with_seed(seed),
         )
     }
 
