@@ -23,7 +23,9 @@ use crate::fifo::lanes;
 use crate::fingerprint::{fingerprint, replaced_since_event, Fingerprint, ObjectHead};
 use crate::key::{job_key, Recipe};
 use crate::lease::{Clock, SystemClock};
-use crate::ledger::{Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger, LedgerError};
+use crate::ledger::{
+    poison_reason, Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger, LedgerError,
+};
 use crate::queue::{busy_delay_secs, queue_url_from_arn, Queue};
 pub use crate::report::{BatchReport, JobReport, MessageReport, Outcome};
 use crate::step::{JobInput, JobOutputs, Manifest, StepContext, StepError, StepRegistry};
@@ -577,12 +579,7 @@ async fn run_job(
             }
         }
         Ok(ClaimOutcome::Poisoned(row)) => {
-            let error = row.error.as_deref().unwrap_or("no error recorded");
-            return report(
-                Outcome::Poisoned,
-                row.attempts,
-                Some(format!("failed {} times, last: {error}", row.attempts)),
-            );
+            return report(Outcome::Poisoned, row.attempts, Some(poison_reason(&row)));
         }
         Ok(ClaimOutcome::Run(claim)) => claim,
     };
@@ -623,6 +620,10 @@ async fn run_job(
     }
     let (outcome, reason) = match &result {
         Ok(()) => (Outcome::Ran, None),
+        Err(err) if err.is_permanent() => (
+            Outcome::Poisoned,
+            Some(format!("failed permanently (no retry can fix it): {err}")),
+        ),
         Err(err) => (Outcome::Failed, Some(err.to_string())),
     };
     match finish(&app.ledger, &claim, result.err(), app.now_ms()).await {
@@ -690,6 +691,11 @@ async fn finish(
 ) -> Result<(), FinishError> {
     match error {
         None => ledger.finish_done(claim, now_ms).await,
+        Some(err) if err.is_permanent() => {
+            ledger
+                .finish_permanent(claim, &err.to_string(), now_ms)
+                .await
+        }
         Some(err) => ledger.finish_failed(claim, &err.to_string(), now_ms).await,
     }
 }
@@ -932,6 +938,63 @@ mod tests {
         assert!((5..=7).contains(seconds), "{seconds}");
         let row: JobRow = f.app.ledger.get(&key).await.unwrap().unwrap();
         assert_eq!(row.owner, "elsewhere");
+    }
+
+    /// A clock the test moves.
+    #[derive(Debug, Default)]
+    struct ManualClock(std::sync::atomic::AtomicU64);
+
+    impl Clock for Arc<ManualClock> {
+        fn now_ms(&self) -> u64 {
+            self.0.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    #[tokio::test]
+    async fn an_input_that_kills_its_worker_every_time_ends_poisoned() {
+        use crate::faults::{Call, FaultPlan};
+        use crate::ledger::faults::FaultyTable;
+        let steps = StepRegistry::builtin();
+        let config = fixture_app().config;
+        let objects = InMemoryObjects::new();
+        let etag = objects.insert("in", "killer.bin", b"kills", true);
+        let clock = Arc::new(ManualClock::default());
+        clock
+            .0
+            .store(1_000_000, std::sync::atomic::Ordering::SeqCst);
+        // Every run dies before it can finish: nothing records a failure.
+        let plan = Arc::new(FaultPlan::new());
+        plan.fail(Call::Finish, usize::MAX, "the worker died");
+        let app = Arc::new(
+            App::new(
+                config,
+                Ledger::new(FaultyTable::new(InMemoryTable::new("jobs"), plan)),
+                ObjectStore::new(objects.clone()),
+                Queue::new(Arc::new(RecordingQueue::default())),
+                steps,
+            )
+            .with_clock(clock.clone()),
+        );
+        let max_runs = crate::ledger::max_runs(app.config.max_attempts);
+        let mut outcomes = Vec::new();
+        for delivery in 0..max_runs + 2 {
+            let report = handle(
+                &app,
+                vec![message(&delivery.to_string(), "killer.bin", &etag)],
+            )
+            .await;
+            outcomes.push(report.jobs().next().unwrap().outcome);
+            // The next delivery comes after the lease (deadline + margin).
+            clock
+                .0
+                .fetch_add(120_000, std::sync::atomic::Ordering::SeqCst);
+        }
+        let runs = outcomes.iter().filter(|o| **o == Outcome::Failed).count() as u64;
+        assert_eq!(runs, max_runs, "{outcomes:?}");
+        assert_eq!(
+            &outcomes[max_runs as usize..],
+            [Outcome::Poisoned, Outcome::Poisoned]
+        );
     }
 
     #[test]

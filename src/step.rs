@@ -33,11 +33,26 @@ pub enum StepError {
     Integrity { expected: String, actual: String },
     #[error("writing output {name} failed: {message}")]
     Output { name: String, message: String },
+    /// The input can never be processed (undecodable, truncated, a pixel
+    /// bomb, an unsupported format, a lying MP4): no retry can fix it, so
+    /// the job is poisoned at once instead of spending more runs.
+    #[error("{0}")]
+    Unprocessable(String),
+    /// Anything else: retried until the attempts cap.
     #[error("{0}")]
     Failed(String),
 }
 
 impl StepError {
+    /// Whether no retry can fix it: an unprocessable input, or params the
+    /// step refuses (a recipe does not change between retries).
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            StepError::Unprocessable(_) | StepError::InvalidParams { .. }
+        )
+    }
+
     /// For `map_err`: the params the step named rejected, with the problem.
     pub fn invalid_params(step: &str) -> impl FnOnce(String) -> StepError + '_ {
         move |problem| StepError::InvalidParams {

@@ -44,6 +44,9 @@ async fn seed(
         output_prefix: format!("s3://{}/derived/{key}/", p.output_bucket),
         error: error.map(str::to_string),
         updated_at_ms: now_ms() - 1_000,
+        // A failed row has failed once.
+        failures: u64::from(status == JobStatus::Failed),
+        permanent: false,
     };
     p.seed_row(&row).await;
     row
@@ -262,7 +265,7 @@ fn cli(p: &Pipeline, args: &[&str]) -> std::process::Output {
 async fn a_job_that_failed_max_attempts_times_is_poisoned_until_retried() {
     let (p, message, key) = one_upload().await;
     let mut seeded = seed(&p, &key, JobStatus::Failed, 0, Some("decoder exploded")).await;
-    seeded.attempts = 3;
+    (seeded.attempts, seeded.failures) = (3, 3);
     p.seed_row(&seeded).await;
 
     let calls_before = p.ledger_calls.get();

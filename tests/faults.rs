@@ -119,6 +119,8 @@ async fn a_5xx_on_takeover_comes_back_then_takes_over() {
         output_prefix: format!("s3://{}/derived/{key}/", p.output_bucket),
         error: None,
         updated_at_ms: now_ms() - 100_000,
+        failures: 0,
+        permanent: false,
     };
     p.seed_row(&dead).await;
     let faults = Arc::new(FaultPlan::new());

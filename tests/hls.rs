@@ -281,7 +281,8 @@ async fn inputs_it_cannot_package_fail_their_job_with_the_reason() {
         include_bytes!("../events/sample.png"),
     )
     .await;
-    assert_eq!(job.outcome, Outcome::Failed);
+    // No retry can make a PNG a movie: poisoned at once.
+    assert_eq!(job.outcome, Outcome::Poisoned);
     let reason = job.reason.unwrap();
     assert!(
         reason.contains("hls-package reads MP4/MOV inputs: not a movie"),
@@ -302,7 +303,7 @@ async fn inputs_it_cannot_package_fail_their_job_with_the_reason() {
         ],
     );
     let job = package(&p, "tone.m4a", &std::fs::read(tone).unwrap()).await;
-    assert_eq!(job.outcome, Outcome::Failed);
+    assert_eq!(job.outcome, Outcome::Poisoned);
     assert!(job.reason.unwrap().contains("needs a video track"));
 }
 

@@ -53,8 +53,9 @@ async fn a_bomb_fails_its_job_with_a_clear_error() {
     .await;
     p.put("big.png", &png(40, 30), true).await;
     let report = p.handle(p.receive(1).await).await;
-    let job = report.jobs().next().unwrap();
-    assert_eq!(job.outcome, Outcome::Failed);
+    let job = report.jobs().next().unwrap().clone();
+    // A bomb stays a bomb: poisoned at once, not retried.
+    assert_eq!(job.outcome, Outcome::Poisoned);
     assert!(
         job.reason
             .as_deref()
@@ -67,4 +68,19 @@ async fn a_bomb_fails_its_job_with_a_clear_error() {
         .output_keys(&format!("derived/{}/", job.job_key))
         .await
         .is_empty());
+    let row = p.row(&job.job_key).await.unwrap();
+    assert_eq!((row.failures, row.permanent), (1, true), "{row:?}");
+    // Redelivered: poisoned by the row, the step does not run again.
+    p.put("big copy.png", &png(40, 30), true).await;
+    let again = p.handle(p.receive(1).await).await;
+    let again = again.jobs().next().unwrap();
+    assert_eq!((again.outcome, again.attempt), (Outcome::Poisoned, 1));
+    assert!(
+        again
+            .reason
+            .as_deref()
+            .unwrap()
+            .starts_with("failed permanently"),
+        "{again:?}"
+    );
 }

@@ -186,7 +186,7 @@ async fn truncated_and_lying_files_fail_with_the_box_named() {
     // An upload cut short: the moov at the end is gone.
     let cut = &bytes[..bytes.len() * 3 / 5];
     let (job, _) = run_probe(&p, "clips/cut.mp4", cut).await;
-    assert_eq!(job.outcome, Outcome::Failed, "{job:?}");
+    assert_eq!(job.outcome, Outcome::Poisoned, "{job:?}");
     let reason = job.reason.unwrap();
     assert!(
         reason.contains("unreadable MP4/MOV: truncated file: box 'mdat'"),
@@ -198,7 +198,7 @@ async fn truncated_and_lying_files_fail_with_the_box_named() {
     let at = lying.windows(4).rposition(|w| w == b"stts").unwrap() + 8;
     lying[at..at + 4].copy_from_slice(&0x4000_0000u32.to_be_bytes());
     let (job, _) = run_probe(&p, "clips/lying.mp4", &lying).await;
-    assert_eq!(job.outcome, Outcome::Failed, "{job:?}");
+    assert_eq!(job.outcome, Outcome::Poisoned, "{job:?}");
     let reason = job.reason.unwrap();
     assert!(
         reason.contains("malformed box: 'stts' declares 1073741824 entries"),

@@ -107,8 +107,10 @@ fn main() -> ExitCode {
             match ledger.retry(&job_key, SystemClock.now_ms()).await {
                 Ok(was) => {
                     println!(
-                        "job {job_key} is claimable again: it had failed {} time(s); last error: {}",
+                        "job {job_key} is claimable again: it had failed {} time(s) in {} run(s){}; last error: {}",
+                        was.failures,
                         was.attempts,
+                        if was.permanent { ", permanently" } else { "" },
                         was.error.as_deref().unwrap_or("none recorded")
                     );
                     ExitCode::SUCCESS

@@ -9,7 +9,9 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 
-use super::{attr, Claim, ClaimRequest, Conditional, JobRow, JobStatus, LedgerError, LedgerTable};
+use super::{
+    attr, Claim, ClaimRequest, Conditional, Finish, JobRow, JobStatus, LedgerError, LedgerTable,
+};
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -33,14 +35,16 @@ impl JobRow {
             }
         };
         let status_text = string(attr::STATUS)?;
+        let status = JobStatus::parse(&status_text)
+            .ok_or_else(|| format!("attribute status has unknown value {status_text:?}"))?;
+        let attempts = number(attr::ATTEMPTS)?;
         Ok(JobRow {
             job_key: string(attr::JOB_KEY)?,
             step: string(attr::STEP)?,
             input_hash: string(attr::INPUT_HASH)?,
-            status: JobStatus::parse(&status_text)
-                .ok_or_else(|| format!("attribute status has unknown value {status_text:?}"))?,
+            status,
             lease_until_ms: number(attr::LEASE_UNTIL_MS)?,
-            attempts: number(attr::ATTEMPTS)?,
+            attempts,
             owner: string(attr::OWNER)?,
             output_prefix: string(attr::OUTPUT_PREFIX)?,
             error: match item.get(attr::ERROR) {
@@ -49,6 +53,18 @@ impl JobRow {
                 Some(_) => return Err(format!("attribute {} is not a string", attr::ERROR)),
             },
             updated_at_ms: number(attr::UPDATED_AT_MS)?,
+            failures: match item.get(attr::FAILURES) {
+                Some(_) => number(attr::FAILURES)?,
+                // Written before failures were counted apart, when every
+                // run counted: a failed row's attempts, as then.
+                None if status == JobStatus::Failed => attempts,
+                None => 0,
+            },
+            permanent: match item.get(attr::PERMANENT) {
+                None => false,
+                Some(AttributeValue::Bool(permanent)) => *permanent,
+                Some(_) => return Err(format!("attribute {} is not a boolean", attr::PERMANENT)),
+            },
         })
     }
 
@@ -66,6 +82,10 @@ impl JobRow {
         ]);
         if let Some(error) = &self.error {
             item.insert(attr::ERROR.into(), s(error));
+        }
+        item.insert(attr::FAILURES.into(), n(self.failures));
+        if self.permanent {
+            item.insert(attr::PERMANENT.into(), AttributeValue::Bool(true));
         }
         item
     }
@@ -240,11 +260,10 @@ impl LedgerTable for DynamoDbTable {
     async fn finish(
         &self,
         claim: &Claim,
-        status: JobStatus,
-        error: Option<&str>,
+        finish: Finish<'_>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
-        let mut update = self
+        let update = self
             .client
             .update_item()
             .table_name(&self.table)
@@ -256,15 +275,29 @@ impl LedgerTable for DynamoDbTable {
             .expression_attribute_names("#error", attr::ERROR)
             .expression_attribute_values(":me", s(&claim.owner))
             .expression_attribute_values(":running", s(JobStatus::Running.as_str()))
-            .expression_attribute_values(":status", s(status.as_str()))
             .expression_attribute_values(":now", n(now_ms))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        update = match error {
-            Some(error) => update
-                .update_expression("SET #status = :status, #updated = :now, #error = :error")
-                .expression_attribute_values(":error", s(error)),
-            None => {
-                update.update_expression("SET #status = :status, #updated = :now REMOVE #error")
+        let update = match finish {
+            Finish::Done => update
+                .update_expression("SET #status = :status, #updated = :now REMOVE #error")
+                .expression_attribute_values(":status", s(JobStatus::Done.as_str())),
+            Finish::Failed { error, permanent } => {
+                let update = update
+                    .expression_attribute_names("#failures", attr::FAILURES)
+                    .expression_attribute_values(":status", s(JobStatus::Failed.as_str()))
+                    .expression_attribute_values(":error", s(error))
+                    .expression_attribute_values(":zero", n(0))
+                    .expression_attribute_values(":one", n(1));
+                let counted = "SET #status = :status, #updated = :now, #error = :error, \
+                               #failures = if_not_exists(#failures, :zero) + :one";
+                if permanent {
+                    update
+                        .update_expression(format!("{counted}, #permanent = :true"))
+                        .expression_attribute_names("#permanent", attr::PERMANENT)
+                        .expression_attribute_values(":true", AttributeValue::Bool(true))
+                } else {
+                    update.update_expression(counted)
+                }
             }
         };
         Ok(
@@ -310,14 +343,20 @@ impl LedgerTable for DynamoDbTable {
             .update_item()
             .table_name(&self.table)
             .key(attr::JOB_KEY, s(job_key))
-            .update_expression("SET #attempts = :zero, #updated = :now")
-            .condition_expression("#status = :failed")
+            .update_expression(
+                "SET #attempts = :zero, #failures = :zero, #updated = :now REMOVE #permanent",
+            )
+            .condition_expression("#status = :failed OR (#status = :running AND #lease <= :now)")
             .expression_attribute_names("#attempts", attr::ATTEMPTS)
+            .expression_attribute_names("#failures", attr::FAILURES)
+            .expression_attribute_names("#permanent", attr::PERMANENT)
             .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
             .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":now", n(now_ms))
             .expression_attribute_values(":failed", s(JobStatus::Failed.as_str()))
+            .expression_attribute_values(":running", s(JobStatus::Running.as_str()))
             .return_values(ReturnValue::AllOld)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
@@ -348,6 +387,8 @@ mod tests {
             output_prefix: "derived/k/".into(),
             error: Some("boom".into()),
             updated_at_ms: 1,
+            failures: 1,
+            permanent: true,
         }
     }
 
@@ -368,6 +409,14 @@ mod tests {
         item.insert(attr::OWNER.into(), s("o"));
         item.insert(attr::STATUS.into(), s("paused"));
         assert!(JobRow::from_item(&item).unwrap_err().contains("paused"));
+        // Rows from before failures were counted apart: a failed row's
+        // failures are its attempts.
+        let mut item = row().to_item();
+        item.remove(attr::FAILURES);
+        item.remove(attr::PERMANENT);
+        item.insert(attr::ATTEMPTS.into(), n(2));
+        let old = JobRow::from_item(&item).unwrap();
+        assert_eq!((old.failures, old.permanent), (2, false));
         let mut item = row().to_item();
         item.insert(attr::ERROR.into(), n(3));
         assert_eq!(

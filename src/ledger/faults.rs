@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{Claim, ClaimRequest, Conditional, JobRow, JobStatus, LedgerError, LedgerTable};
+use super::{Claim, ClaimRequest, Conditional, Finish, JobRow, LedgerError, LedgerTable};
 use crate::faults::{Call, FaultPlan};
 
 #[derive(Debug, Clone)]
@@ -60,12 +60,11 @@ impl LedgerTable for FaultyTable {
     async fn finish(
         &self,
         claim: &Claim,
-        status: JobStatus,
-        error: Option<&str>,
+        finish: Finish<'_>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
         self.check(Call::Finish, "UpdateItem", &claim.job_key)?;
-        self.inner.finish(claim, status, error, now_ms).await
+        self.inner.finish(claim, finish, now_ms).await
     }
 
     async fn release(&self, claim: &Claim) -> Result<Conditional<()>, LedgerError> {

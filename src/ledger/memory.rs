@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::{Claim, ClaimRequest, Conditional, JobRow, JobStatus, LedgerError, LedgerTable};
+use super::{
+    Claim, ClaimRequest, Conditional, Finish, JobRow, JobStatus, LedgerError, LedgerTable,
+};
 
 #[derive(Debug, Default)]
 pub struct InMemoryTable {
@@ -75,8 +77,7 @@ impl LedgerTable for InMemoryTable {
     async fn finish(
         &self,
         claim: &Claim,
-        status: JobStatus,
-        error: Option<&str>,
+        finish: Finish<'_>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
         let mut rows = self.rows();
@@ -86,9 +87,19 @@ impl LedgerTable for InMemoryTable {
         if row.owner != claim.owner || row.status != JobStatus::Running {
             return Ok(Conditional::Rejected(Some(row.clone())));
         }
-        row.status = status;
         row.updated_at_ms = now_ms;
-        row.error = error.map(str::to_string);
+        match finish {
+            Finish::Done => {
+                row.status = JobStatus::Done;
+                row.error = None;
+            }
+            Finish::Failed { error, permanent } => {
+                row.status = JobStatus::Failed;
+                row.error = Some(error.to_string());
+                row.failures += 1;
+                row.permanent |= permanent;
+            }
+        }
         Ok(Conditional::Applied(()))
     }
 
@@ -113,11 +124,14 @@ impl LedgerTable for InMemoryTable {
         let Some(row) = rows.get_mut(job_key) else {
             return Ok(Conditional::Rejected(None));
         };
-        if row.status != JobStatus::Failed {
+        let expired = row.status == JobStatus::Running && row.lease_until_ms <= now_ms;
+        if row.status != JobStatus::Failed && !expired {
             return Ok(Conditional::Rejected(Some(row.clone())));
         }
         let was = row.clone();
         row.attempts = 0;
+        row.failures = 0;
+        row.permanent = false;
         row.updated_at_ms = now_ms;
         Ok(Conditional::Applied(was))
     }

@@ -32,6 +32,8 @@ pub mod attr {
     pub const OUTPUT_PREFIX: &str = "output_prefix";
     pub const ERROR: &str = "error";
     pub const UPDATED_AT_MS: &str = "updated_at_ms";
+    pub const FAILURES: &str = "failures";
+    pub const PERMANENT: &str = "permanent";
 }
 
 /// Stored errors are cut to this many characters.
@@ -77,6 +79,30 @@ pub struct JobRow {
     pub output_prefix: String,
     pub error: Option<String>,
     pub updated_at_ms: u64,
+    /// Runs that ended failed (a takeover of an expired lease is not one).
+    pub failures: u64,
+    /// The last failure can never succeed (an undecodable input): no retry.
+    pub permanent: bool,
+}
+
+/// How a claim ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish<'a> {
+    Done,
+    /// `permanent`: no retry can fix it; the job is poisoned at once.
+    Failed {
+        error: &'a str,
+        permanent: bool,
+    },
+}
+
+/// Runs started (first run plus takeovers) after which a job whose lease
+/// expired again is poisoned instead of taken over: an input that kills
+/// its worker every time (out of memory, a decoder abort) records no
+/// failure, so only its runs can stop it. Twice the failures cap, so that a
+/// lease lost once or twice to a slow neighbour costs no failure.
+pub fn max_runs(max_attempts: u64) -> u64 {
+    max_attempts.saturating_mul(2)
 }
 
 /// What an existing row means for a caller who wants to run its job. Pure.
@@ -88,17 +114,41 @@ pub enum Verdict {
     Busy,
     /// Failed, or its lease has passed: take it over.
     TakeOver,
-    /// Failed `max_attempts` times: run no more (its message goes to the DLQ).
+    /// Run no more (its message goes to the DLQ): a permanent failure,
+    /// `max_attempts` failures, or `max_runs` runs that never finished.
     Poisoned,
 }
 
 pub fn judge(row: &JobRow, now_ms: u64, max_attempts: u64) -> Verdict {
+    let runs_spent = row.attempts >= max_runs(max_attempts);
     match row.status {
         JobStatus::Done => Verdict::Done,
-        JobStatus::Failed if row.attempts >= max_attempts => Verdict::Poisoned,
+        JobStatus::Failed if row.permanent || row.failures >= max_attempts || runs_spent => {
+            Verdict::Poisoned
+        }
         JobStatus::Failed => Verdict::TakeOver,
         JobStatus::Running if is_live(row.lease_until_ms, now_ms) => Verdict::Busy,
+        JobStatus::Running if runs_spent => Verdict::Poisoned,
         JobStatus::Running => Verdict::TakeOver,
+    }
+}
+
+/// Why a poisoned row is poisoned, for its log event. Pure.
+pub fn poison_reason(row: &JobRow) -> String {
+    let error = row.error.as_deref().unwrap_or("no error recorded");
+    if row.permanent {
+        format!("failed permanently (no retry can fix it): {error}")
+    } else if row.status == JobStatus::Running {
+        format!(
+            "{} runs never finished (the worker died or ran out of time each time; \
+             {} failures recorded)",
+            row.attempts, row.failures
+        )
+    } else {
+        format!(
+            "failed {} times in {} runs, last: {error}",
+            row.failures, row.attempts
+        )
     }
 }
 
@@ -171,7 +221,7 @@ pub enum FinishError {
 pub enum RetryError {
     #[error("there is no job {0}")]
     NotFound(String),
-    #[error("job {job_key} is {status}: only a failed or poisoned job can be retried")]
+    #[error("job {job_key} is {status}: only a failed or poisoned job (or one whose lease has passed) can be retried")]
     NotFailed {
         job_key: String,
         status: &'static str,
@@ -212,12 +262,12 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
     ) -> Result<Conditional<u64>, LedgerError>;
 
     /// UpdateItem finishing a claim as `done` (removing `error`) or `failed`
-    /// (with `error`), conditioned on `owner = claim.owner AND status = running`.
+    /// (with `error`, failures + 1, and `permanent` when it is), conditioned
+    /// on `owner = claim.owner AND status = running`.
     async fn finish(
         &self,
         claim: &Claim,
-        status: JobStatus,
-        error: Option<&str>,
+        finish: Finish<'_>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError>;
 
@@ -226,8 +276,10 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
     /// status = running`.
     async fn release(&self, claim: &Claim) -> Result<Conditional<()>, LedgerError>;
 
-    /// UpdateItem setting attempts to 0, conditioned on `status = failed`.
-    /// Applied: the row as it was.
+    /// UpdateItem setting attempts and failures to 0 and removing
+    /// `permanent`, conditioned on `status = failed`, or `running` with a
+    /// lease that passed at `now_ms` (a job poisoned by its runs). Applied:
+    /// the row as it was.
     async fn reset_attempts(
         &self,
         job_key: &str,
@@ -283,6 +335,8 @@ impl Ledger {
             output_prefix: request.output_prefix.clone(),
             error: None,
             updated_at_ms: request.now_ms,
+            failures: 0,
+            permanent: false,
         };
         // Twice at most: a row deleted between the failed put and the read
         // (a released claim) means the key is free again, so claim anew.
@@ -336,8 +390,9 @@ impl Ledger {
         })
     }
 
-    /// Makes a failed (or poisoned) job claimable again: its attempts go
-    /// back to 0, so it gets `max_attempts` more. Returns the row as it was,
+    /// Makes a failed (or poisoned) job claimable again: its attempts and
+    /// failures go back to 0 and a permanent failure is forgotten, so it
+    /// gets `max_attempts` more. Returns the row as it was,
     /// error included, for the caller to log.
     pub async fn retry(&self, job_key: &str, now_ms: u64) -> Result<JobRow, RetryError> {
         let seen = match self.table.reset_attempts(job_key, now_ms).await? {
@@ -356,19 +411,43 @@ impl Ledger {
 
     /// Marks a claimed job done. Rejected when the claim was taken over.
     pub async fn finish_done(&self, claim: &Claim, now_ms: u64) -> Result<(), FinishError> {
-        self.finish(claim, JobStatus::Done, None, now_ms).await
+        self.finish(claim, Finish::Done, now_ms).await
     }
 
-    /// Marks a claimed job failed with its error (cut to 2,000 characters).
+    /// Marks a claimed job failed with its error (cut to 2,000 characters),
+    /// to be retried while the caps allow.
     pub async fn finish_failed(
         &self,
         claim: &Claim,
         error: &str,
         now_ms: u64,
     ) -> Result<(), FinishError> {
+        self.finish_failure(claim, error, false, now_ms).await
+    }
+
+    /// Marks a claimed job failed for good: it is poisoned at once.
+    pub async fn finish_permanent(
+        &self,
+        claim: &Claim,
+        error: &str,
+        now_ms: u64,
+    ) -> Result<(), FinishError> {
+        self.finish_failure(claim, error, true, now_ms).await
+    }
+
+    async fn finish_failure(
+        &self,
+        claim: &Claim,
+        error: &str,
+        permanent: bool,
+        now_ms: u64,
+    ) -> Result<(), FinishError> {
         let error = truncate_chars(error, MAX_ERROR_CHARS);
-        self.finish(claim, JobStatus::Failed, Some(&error), now_ms)
-            .await
+        let finish = Finish::Failed {
+            error: &error,
+            permanent,
+        };
+        self.finish(claim, finish, now_ms).await
     }
 
     /// Gives a claim up as if it had never been made: the row is deleted,
@@ -384,11 +463,10 @@ impl Ledger {
     async fn finish(
         &self,
         claim: &Claim,
-        status: JobStatus,
-        error: Option<&str>,
+        finish: Finish<'_>,
         now_ms: u64,
     ) -> Result<(), FinishError> {
-        match self.table.finish(claim, status, error, now_ms).await? {
+        match self.table.finish(claim, finish, now_ms).await? {
             Conditional::Applied(()) => Ok(()),
             Conditional::Rejected(_) => Err(FinishError::LostLease(claim.job_key.clone())),
         }
@@ -429,6 +507,8 @@ mod tests {
             output_prefix: "derived/k/".into(),
             error: None,
             updated_at_ms: 1,
+            failures: 0,
+            permanent: false,
         }
     }
 
@@ -445,12 +525,31 @@ mod tests {
             Verdict::TakeOver
         );
         let mut at_cap = row(JobStatus::Failed, 0);
-        at_cap.attempts = 3;
+        (at_cap.attempts, at_cap.failures) = (3, 3);
         assert_eq!(judge(&at_cap, 10, 3), Verdict::Poisoned);
         assert_eq!(judge(&at_cap, 10, 4), Verdict::TakeOver);
-        // The cap is about failures: a running row at the cap is still busy or taken over.
+        // Takeovers of expired leases are not failures: two of them and one
+        // failure leave the job two failures from the cap.
+        let mut slow_neighbours = row(JobStatus::Failed, 0);
+        (slow_neighbours.attempts, slow_neighbours.failures) = (3, 1);
+        assert_eq!(judge(&slow_neighbours, 10, 3), Verdict::TakeOver);
+        // A running row at the failures cap is still busy or taken over.
         at_cap.status = JobStatus::Running;
         assert_eq!(judge(&at_cap, 10, 3), Verdict::TakeOver);
+        // An input that kills its worker every time: after max_runs runs
+        // whose leases all passed, poisoned rather than taken over again.
+        let mut killer = row(JobStatus::Running, 10);
+        killer.attempts = max_runs(3);
+        assert_eq!(judge(&killer, 10, 3), Verdict::Poisoned);
+        assert_eq!(judge(&killer, 9, 3), Verdict::Busy);
+        killer.attempts -= 1;
+        assert_eq!(judge(&killer, 10, 3), Verdict::TakeOver);
+        // A permanent failure is poisoned at once.
+        let mut permanent = row(JobStatus::Failed, 0);
+        (permanent.failures, permanent.permanent) = (1, true);
+        assert_eq!(judge(&permanent, 10, 3), Verdict::Poisoned);
+        assert!(poison_reason(&permanent).starts_with("failed permanently"));
+        assert!(poison_reason(&killer).contains("runs never finished"));
     }
 
     #[test]
@@ -500,13 +599,20 @@ mod tests {
             Err(FinishError::LostLease(_))
         ));
         ledger.finish_failed(&b, "boom", 1_002).await.unwrap();
-        // Two attempts failed, the cap is 2: poisoned until retried.
+        // One failure (A's expired lease was none): C takes over and fails.
+        let c = run(ledger.claim(&request("C", 1_500)).await.unwrap());
+        assert_eq!(c.attempt, 3);
+        ledger.finish_failed(&c, "boom again", 1_502).await.unwrap();
+        // Two failures, the cap is 2: poisoned until retried.
         assert!(matches!(
-            ledger.claim(&request("C", 2_000)).await.unwrap(),
+            ledger.claim(&request("D", 2_000)).await.unwrap(),
             ClaimOutcome::Poisoned(_)
         ));
         let was = ledger.retry("k", 2_001).await.unwrap();
-        assert_eq!((was.attempts, was.error.as_deref()), (2, Some("boom")));
+        assert_eq!(
+            (was.attempts, was.failures, was.error.as_deref()),
+            (3, 2, Some("boom again"))
+        );
         let c = run(ledger.claim(&request("C", 2_002)).await.unwrap());
         assert_eq!(c.attempt, 1);
         ledger.finish_done(&c, 2_003).await.unwrap();
@@ -556,11 +662,10 @@ mod tests {
         async fn finish(
             &self,
             claim: &Claim,
-            status: JobStatus,
-            error: Option<&str>,
+            finish: Finish<'_>,
             now_ms: u64,
         ) -> Result<Conditional<()>, LedgerError> {
-            self.inner.finish(claim, status, error, now_ms).await
+            self.inner.finish(claim, finish, now_ms).await
         }
         async fn release(&self, claim: &Claim) -> Result<Conditional<()>, LedgerError> {
             self.inner.release(claim).await

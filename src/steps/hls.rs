@@ -508,18 +508,18 @@ impl Step for HlsPackage {
 
         let movie = read_movie(&input_path).await?;
         if let Some(reference) = movie.external_data() {
-            return Err(StepError::Failed(format!(
+            return Err(StepError::Unprocessable(format!(
                 "hls-package refuses a movie whose data is outside the file ({reference}): \
                  ffmpeg would be asked to open it"
             )));
         }
         let Some(video) = movie.video() else {
-            return Err(StepError::Failed(
+            return Err(StepError::Unprocessable(
                 "hls-package needs a video track; the input has none".into(),
             ));
         };
         let (Some(width), Some(height)) = (video.width, video.height) else {
-            return Err(StepError::Failed(
+            return Err(StepError::Unprocessable(
                 "the video track does not say its size".into(),
             ));
         };
@@ -554,8 +554,7 @@ impl Step for HlsPackage {
 }
 
 async fn read_movie(path: &Path) -> Result<bmff::MovieInfo, StepError> {
-    let unreadable =
-        |e: bmff::BmffError| StepError::Failed(format!("hls-package reads MP4/MOV inputs: {e}"));
+    let unreadable = |e: bmff::BmffError| e.into_step_error("hls-package reads MP4/MOV inputs");
     let file = std::fs::File::open(path)
         .map_err(|e| StepError::Failed(format!("opening {}: {e}", path.display())))?;
     let size = file

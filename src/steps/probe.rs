@@ -193,7 +193,7 @@ pub async fn probe(input: &JobInput, params: ProbeParams) -> Result<ProbeReport,
     let movie = if bmff::looks_like_movie(&start) {
         let movie = bmff::read_movie(input, size, &start)
             .await
-            .map_err(|e| StepError::Failed(format!("unreadable MP4/MOV: {e}")))?;
+            .map_err(|e| e.into_step_error("unreadable MP4/MOV"))?;
         if sniffed.content_type == "application/octet-stream" {
             // A QuickTime file from before `ftyp` existed.
             sniffed.content_type = "video/quicktime".into();

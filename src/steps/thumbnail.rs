@@ -263,12 +263,13 @@ pub fn plan(src_w: u32, src_h: u32, params: &ThumbnailParams) -> Vec<Plan> {
 /// Decodes an image, refusing one whose declared size is over `max_pixels`
 /// before decoding it, and turns it upright by its EXIF orientation.
 pub fn decode(bytes: &[u8], max_pixels: u64) -> Result<DynamicImage, StepError> {
-    let undecodable = |e: image::ImageError| StepError::Failed(format!("undecodable image: {e}"));
+    let undecodable =
+        |e: image::ImageError| StepError::Unprocessable(format!("undecodable image: {e}"));
     let reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
-        .map_err(|e| StepError::Failed(format!("undecodable image: {e}")))?;
+        .map_err(|e| StepError::Unprocessable(format!("undecodable image: {e}")))?;
     if reader.format().is_none() {
-        return Err(StepError::Failed(
+        return Err(StepError::Unprocessable(
             "undecodable image: not JPEG, PNG, WebP, GIF or TIFF".into(),
         ));
     }
@@ -302,10 +303,11 @@ pub fn decode_for(
     max_pixels: u64,
     params: &ThumbnailParams,
 ) -> Result<(DynamicImage, Vec<Plan>), StepError> {
-    let undecodable = |e: image::ImageError| StepError::Failed(format!("undecodable image: {e}"));
+    let undecodable =
+        |e: image::ImageError| StepError::Unprocessable(format!("undecodable image: {e}"));
     let reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
-        .map_err(|e| StepError::Failed(format!("undecodable image: {e}")))?;
+        .map_err(|e| StepError::Unprocessable(format!("undecodable image: {e}")))?;
     let format = reader.format();
     let mut header = reader.into_decoder().map_err(undecodable)?;
     let (stored_w, stored_h) = header.dimensions();
@@ -365,7 +367,8 @@ fn decode_jpeg_scaled(
     need_w: u32,
     need_h: u32,
 ) -> Result<Option<DynamicImage>, StepError> {
-    let failed = |e: jpeg_decoder::Error| StepError::Failed(format!("undecodable image: {e}"));
+    let failed =
+        |e: jpeg_decoder::Error| StepError::Unprocessable(format!("undecodable image: {e}"));
     let mut decoder = jpeg_decoder::Decoder::new(Cursor::new(bytes));
     let clamp = |n: u32| n.clamp(1, u16::MAX as u32) as u16;
     let (w, h) = decoder
@@ -391,7 +394,7 @@ fn decode_jpeg_scaled(
 fn check_pixels(width: u32, height: u32, max_pixels: u64) -> Result<(), StepError> {
     let pixels = width as u64 * height as u64;
     if pixels > max_pixels {
-        return Err(StepError::Failed(format!(
+        return Err(StepError::Unprocessable(format!(
             "image declares {width}x{height} = {pixels} pixels, over MEDIAONCE_MAX_PIXELS = {max_pixels}: refused before decoding"
         )));
     }
@@ -483,7 +486,7 @@ impl Step for Thumbnail {
             .map_err(StepError::invalid_params(self.name()))?;
         let input = context.input;
         if input.head.size > MAX_INPUT_BYTES {
-            return Err(StepError::Failed(format!(
+            return Err(StepError::Unprocessable(format!(
                 "the image is {} bytes, over the {MAX_INPUT_BYTES} this step reads",
                 input.head.size
             )));
