@@ -50,17 +50,6 @@ impl BmffError {
     pub fn is_permanent(&self) -> bool {
         !matches!(self, BmffError::Read { .. })
     }
-
-    /// As a step's error: unprocessable when the file is at fault, else a
-    /// failure worth retrying; `what` says what was being read.
-    pub fn into_step_error(self, what: &str) -> crate::step::StepError {
-        let message = format!("{what}: {self}");
-        if self.is_permanent() {
-            crate::step::StepError::Unprocessable(message)
-        } else {
-            crate::step::StepError::Failed(message)
-        }
-    }
 }
 
 /// Where [`locate_movie`] reads from: an S3 object, a local file, a slice.

@@ -5,9 +5,12 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use std::sync::Arc;
+
 use crate::key::{json_type, Recipe};
 use crate::lease::{LeasePolicy, DEFAULT_FIXED_LEASE, DEFAULT_LEASE_MARGIN};
-use crate::step::StepRegistry;
+use crate::step::BoundStep;
+use crate::steps::StepRegistry;
 
 pub const ENV_TABLE: &str = "MEDIAONCE_TABLE";
 pub const ENV_OUTPUT_BUCKET: &str = "MEDIAONCE_OUTPUT_BUCKET";
@@ -64,16 +67,18 @@ impl KeyMatch {
     }
 }
 
-/// A configured recipe and the objects it applies to.
-#[derive(Debug, Clone, PartialEq)]
+/// A configured recipe, bound to its step, and the objects it applies to.
+#[derive(Debug, Clone)]
 pub struct RecipeRule {
     pub recipe: Recipe,
     /// The recipe hash, computed once.
     pub recipe_hash: String,
     pub key_match: KeyMatch,
+    /// The recipe's step with its params parsed, once, at load.
+    pub step: Arc<dyn BoundStep>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Config {
     pub table: String,
     /// Where every job's outputs go, whatever bucket its input was in.
@@ -88,8 +93,6 @@ pub struct Config {
     /// No job starts when less than this (plus the slowest configured step's
     /// declared need) remains before the invocation deadline.
     pub deadline_margin: Duration,
-    /// Images declaring more pixels are refused before decoding.
-    pub max_pixels: u64,
     /// The account that must own every bucket mediaonce reads or writes
     /// (S3's `ExpectedBucketOwner` on each call); `None`: not checked.
     pub expected_bucket_owner: Option<String>,
@@ -151,6 +154,9 @@ impl Config {
         if lease.fixed.is_zero() {
             return Err(invalid(ENV_LEASE_SECS, "must be more than 0"));
         }
+        // Checked here so that a bad value names its variable at start-up;
+        // the thumbnail step is built with it (`StepRegistry::builtin_from`).
+        max_pixels(get(ENV_MAX_PIXELS))?;
         let expected_bucket_owner = get(ENV_EXPECTED_BUCKET_OWNER)
             .map(|account| {
                 let account = account.trim().to_string();
@@ -172,7 +178,6 @@ impl Config {
             concurrency,
             lease,
             max_attempts,
-            max_pixels: positive(ENV_MAX_PIXELS, get(ENV_MAX_PIXELS), DEFAULT_MAX_PIXELS)?,
             expected_bucket_owner,
             deadline_margin: seconds(
                 ENV_DEADLINE_MARGIN_SECS,
@@ -203,6 +208,12 @@ pub fn split_s3_location(location: &str) -> Option<(&str, &str)> {
     let rest = location.strip_prefix("s3://")?;
     let (bucket, prefix) = rest.split_once('/')?;
     (!bucket.is_empty() && prefix.ends_with('/')).then_some((bucket, prefix))
+}
+
+/// `MEDIAONCE_MAX_PIXELS`: images declaring more pixels are refused
+/// before decoding.
+pub fn max_pixels(text: Option<String>) -> Result<u64, ConfigError> {
+    positive(ENV_MAX_PIXELS, text, DEFAULT_MAX_PIXELS)
 }
 
 fn positive(
@@ -329,11 +340,12 @@ fn parse_rule(item: &Value, steps: &StepRegistry) -> Result<RecipeRule, String> 
             steps.names().join(", ")
         )
     })?;
-    step.check_params(&recipe.params)?;
+    let step = step.bind(&recipe.params)?;
     Ok(RecipeRule {
         recipe_hash: recipe.hash(),
         recipe,
         key_match,
+        step,
     })
 }
 
@@ -365,7 +377,6 @@ mod tests {
         assert_eq!(c.recipes[0].recipe.step, "probe");
         assert_eq!(c.lease, LeasePolicy::default());
         assert_eq!(c.max_attempts, 3);
-        assert_eq!(c.max_pixels, 100_000_000);
         assert_eq!(c.deadline_margin, Duration::from_secs(5));
         assert_eq!(c.expected_bucket_owner, None);
     }

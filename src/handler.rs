@@ -21,14 +21,15 @@ use crate::config::{split_s3_location, Config, ConfigError, RecipeRule};
 use crate::event::{parse_body, EventKind, Notification, S3Record};
 use crate::fifo::lanes;
 use crate::fingerprint::{fingerprint, replaced_since_event, Fingerprint, ObjectHead};
-use crate::key::{job_key, Recipe};
+use crate::key::job_key;
 use crate::lease::{Clock, SystemClock};
 use crate::ledger::{
     poison_reason, Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger, LedgerError,
 };
 use crate::queue::{busy_delay_secs, queue_url_from_arn, Queue};
 pub use crate::report::{BatchReport, JobReport, MessageReport, Outcome};
-use crate::step::{JobInput, JobOutputs, Manifest, StepContext, StepError, StepRegistry};
+use crate::step::{JobInput, JobOutputs, Manifest, StepContext, StepError};
+use crate::steps::StepRegistry;
 use crate::store::{ObjectRef, ObjectStore};
 
 /// The invocation a batch arrived in.
@@ -51,14 +52,14 @@ pub enum StartupError {
 /// Time kept back from the invocation deadline to send the response.
 const RESPONSE_RESERVE_MS: u64 = 1_000;
 
-/// Everything a batch needs: configuration, clients, steps.
+/// Everything a batch needs: configuration (recipes bound to their steps)
+/// and clients.
 #[derive(Debug)]
 pub struct App {
     pub config: Config,
     pub ledger: Ledger,
     pub store: ObjectStore,
     pub queue: Queue,
-    pub steps: StepRegistry,
     clock: Arc<dyn Clock>,
     /// The owner tokens' and the busy jitter's randomness: seedable, so that
     /// a run (a test, the chaos soak, a simulation) can be repeated.
@@ -66,19 +67,12 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(
-        config: Config,
-        ledger: Ledger,
-        store: ObjectStore,
-        queue: Queue,
-        steps: StepRegistry,
-    ) -> Self {
+    pub fn new(config: Config, ledger: Ledger, store: ObjectStore, queue: Queue) -> Self {
         App {
             config,
             ledger,
             store,
             queue,
-            steps,
             clock: Arc::new(SystemClock),
             rng: Mutex::new(fastrand::Rng::new()),
         }
@@ -116,16 +110,11 @@ impl App {
         self.clock.now_ms()
     }
 
-    /// The time a job of `recipe` needs left before the deadline to start:
+    /// The time a job of `rule` needs left before the deadline to start:
     /// the configured margin plus its step's declared need. Each job has its
     /// own, so a slow step's need does not hold back quick ones.
-    pub fn start_margin(&self, recipe: &Recipe) -> Duration {
-        let needed = self
-            .steps
-            .get(&recipe.step)
-            .map(|step| step.time_needed(&recipe.params))
-            .unwrap_or_default();
-        self.config.deadline_margin + needed
+    pub fn start_margin(&self, rule: &RecipeRule) -> Duration {
+        self.config.deadline_margin + rule.step.time_needed()
     }
 
     /// Why a job needing `margin` may not start now, if it may not.
@@ -138,8 +127,9 @@ impl App {
         })
     }
 
-    /// Reads the configuration and builds the AWS clients, then checks the
-    /// table, so that a misconfiguration fails at start-up with its name.
+    /// Reads the configuration (binding its recipes to `steps`) and builds
+    /// the AWS clients, then checks the table, so that a misconfiguration
+    /// fails at start-up with its name.
     pub async fn from_env(steps: StepRegistry) -> Result<Self, StartupError> {
         let config = Config::from_env(&steps)?;
         let sdk = crate::aws::load_sdk_config().await;
@@ -151,7 +141,6 @@ impl App {
                 config.expected_bucket_owner.clone(),
             ),
             Queue::sqs(crate::aws::sqs_client(&sdk)),
-            steps,
         );
         app.ledger.check_table().await?;
         Ok(app)
@@ -438,7 +427,7 @@ async fn process_record(
     // Not even the quickest of the record's jobs could start: no HeadObject.
     let quickest = rules
         .iter()
-        .map(|rule| app.start_margin(&rule.recipe))
+        .map(|rule| app.start_margin(rule))
         .min()
         .unwrap_or_default();
     let head = match app.too_late_to_start(invocation, quickest) {
@@ -551,7 +540,7 @@ async fn run_job(
         reason,
         busy_until_ms: None,
     };
-    if let Some(reason) = app.too_late_to_start(invocation, app.start_margin(&rule.recipe)) {
+    if let Some(reason) = app.too_late_to_start(invocation, app.start_margin(rule)) {
         return report(Outcome::Deferred, 0, Some(reason));
     }
     let claim = match app.ledger.claim(&request).await {
@@ -647,19 +636,14 @@ async fn run_step(
     input: &JobInput,
     outputs: &mut JobOutputs,
 ) -> Result<(), StepError> {
-    let step = app
-        .steps
-        .get(&rule.recipe.step)
-        .ok_or_else(|| StepError::Failed(format!("unknown step {:?}", rule.recipe.step)))?;
     let context = StepContext {
         job_key,
         recipe: &rule.recipe,
         input,
         deadline_ms: invocation.deadline_ms,
-        max_pixels: app.config.max_pixels,
         clock: app.clock.as_ref(),
     };
-    AssertUnwindSafe(step.run(&context, outputs))
+    AssertUnwindSafe(rule.step.run(&context, outputs))
         .catch_unwind()
         .await
         .unwrap_or_else(|panic| {
@@ -787,7 +771,6 @@ mod tests {
             Ledger::new(InMemoryTable::new("jobs")),
             ObjectStore::new(InMemoryObjects::new()),
             Queue::new(Arc::new(RecordingQueue::default())),
-            steps,
         )
     }
 
@@ -809,7 +792,6 @@ mod tests {
             Ledger::new(InMemoryTable::new("jobs")),
             ObjectStore::new(objects.clone()),
             Queue::new(queue.clone()),
-            steps,
         );
         Fixture {
             app: Arc::new(app),
@@ -881,11 +863,11 @@ mod tests {
                 {"step":"probe","version":1,"params":{}}]"#,
         ));
         assert_eq!(
-            f.app.start_margin(&f.app.config.recipes[0].recipe),
+            f.app.start_margin(&f.app.config.recipes[0]),
             Duration::from_secs(75)
         );
         assert_eq!(
-            f.app.start_margin(&f.app.config.recipes[1].recipe),
+            f.app.start_margin(&f.app.config.recipes[1]),
             Duration::from_secs(5)
         );
         let etag = f.objects.insert("in", "a.mp4", b"not yet a movie", true);
@@ -954,7 +936,6 @@ mod tests {
     async fn an_input_that_kills_its_worker_every_time_ends_poisoned() {
         use crate::faults::{Call, FaultPlan};
         use crate::ledger::faults::FaultyTable;
-        let steps = StepRegistry::builtin();
         let config = fixture_app().config;
         let objects = InMemoryObjects::new();
         let etag = objects.insert("in", "killer.bin", b"kills", true);
@@ -971,7 +952,6 @@ mod tests {
                 Ledger::new(FaultyTable::new(InMemoryTable::new("jobs"), plan)),
                 ObjectStore::new(objects.clone()),
                 Queue::new(Arc::new(RecordingQueue::default())),
-                steps,
             )
             .with_clock(clock.clone()),
         );

@@ -6,7 +6,6 @@ mod common;
 
 use common::now_ms;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{failed_ids, handle_before, Options, Pipeline};
@@ -14,7 +13,8 @@ use mediaonce::config::{Config, ENV_DEADLINE_MARGIN_SECS, ENV_RECIPES, ENV_TABLE
 use mediaonce::handler::{App, Outcome};
 use mediaonce::ledger::{JobStatus, Ledger};
 use mediaonce::queue::Queue;
-use mediaonce::step::{JobOutputs, Step, StepContext, StepError, StepRegistry};
+use mediaonce::step::{JobOutputs, Step, StepContext, StepError};
+use mediaonce::steps::StepRegistry;
 use mediaonce::store::ObjectStore;
 
 #[tokio::test]
@@ -95,16 +95,26 @@ struct Declared;
 
 #[async_trait::async_trait]
 impl Step for Declared {
+    /// Seconds needed.
+    type Params = u64;
+
     fn name(&self) -> &'static str {
         "declared"
     }
 
-    fn time_needed(&self, params: &serde_json::Map<String, serde_json::Value>) -> Duration {
-        Duration::from_secs(params["needs_secs"].as_u64().unwrap_or(0))
+    fn params(&self, params: &serde_json::Map<String, serde_json::Value>) -> Result<u64, String> {
+        params["needs_secs"]
+            .as_u64()
+            .ok_or_else(|| "needs_secs is a whole number of seconds".into())
+    }
+
+    fn time_needed(&self, needs_secs: &u64) -> Duration {
+        Duration::from_secs(*needs_secs)
     }
 
     async fn run(
         &self,
+        _params: &u64,
         _context: &StepContext<'_>,
         _outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
@@ -115,7 +125,7 @@ impl Step for Declared {
 #[tokio::test]
 async fn each_recipe_has_the_margin_its_step_declares() {
     let mut steps = StepRegistry::builtin();
-    steps.register(Arc::new(Declared));
+    steps.register(Declared);
     let recipes = r#"[{"step":"declared","version":1,"params":{"needs_secs":30}},
                       {"step":"declared","version":2,"params":{"needs_secs":12}},
                       {"step":"probe","version":1,"params":{}}]"#;
@@ -135,13 +145,12 @@ async fn each_recipe_has_the_margin_its_step_declares() {
         Ledger::dynamodb(mediaonce::aws::dynamodb_client(&sdk), "t"),
         ObjectStore::s3(mediaonce::aws::s3_client(&sdk), None),
         Queue::sqs(mediaonce::aws::sqs_client(&sdk)),
-        steps,
     );
     let margins: Vec<Duration> = app
         .config
         .recipes
         .iter()
-        .map(|rule| app.start_margin(&rule.recipe))
+        .map(|rule| app.start_margin(rule))
         .collect();
     assert_eq!(
         margins,

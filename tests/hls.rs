@@ -371,11 +371,11 @@ async fn run_direct_at(
         recipe: &recipe,
         input: &input,
         deadline_ms,
-        max_pixels: 100_000_000,
         clock,
     };
     let mut outputs = JobOutputs::new(store, "out", "job/");
-    step.run(&context, &mut outputs).await?;
+    let params = step.params(&recipe.params).expect("valid params");
+    step.run(&params, &context, &mut outputs).await?;
     Ok(objects
         .keys("out", "job/")
         .into_iter()
@@ -408,14 +408,20 @@ fn recording_ffmpeg(dir: &std::path::Path) -> (PathBuf, PathBuf) {
     (script, record)
 }
 
-#[tokio::test]
-async fn ffmpeg_gets_no_credentials_and_reads_only_the_local_movie() {
-    let tools = tempdir("recording_ffmpeg");
-    let (script, record) = recording_ffmpeg(&tools);
+/// The step running [`recording_ffmpeg`], in a scratch directory of its
+/// own: (step, the record folder).
+fn recorded_step(name: &str) -> (HlsPackage, PathBuf) {
+    let (script, record) = recording_ffmpeg(&tempdir(&format!("{name}_ffmpeg")));
     let step = HlsPackage {
         ffmpeg: script,
-        ..step_in("recorded")
+        ..step_in(name)
     };
+    (step, record)
+}
+
+#[tokio::test]
+async fn ffmpeg_gets_no_credentials_and_reads_only_the_local_movie() {
+    let (step, record) = recorded_step("recorded");
     // The parent has credentials to hide (make test exports the emulators').
     let secrets: Vec<String> = std::env::vars()
         .map(|(name, _)| name)
@@ -482,12 +488,7 @@ fn with_external_data_reference(mut movie: Vec<u8>) -> Vec<u8> {
 
 #[tokio::test]
 async fn a_movie_with_external_data_is_refused_before_ffmpeg_runs() {
-    let tools = tempdir("external_ref_ffmpeg");
-    let (script, record) = recording_ffmpeg(&tools);
-    let step = HlsPackage {
-        ffmpeg: script,
-        ..step_in("external_ref")
-    };
+    let (step, record) = recorded_step("external_ref");
     let bytes = std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap();
     let err = run_direct(
         &step,

@@ -278,7 +278,7 @@ fn app_overwriting_before_read(
     std::sync::Arc<mediaonce::store::memory::InMemoryObjects>,
 ) {
     use mediaonce::faults::{Call, FaultPlan};
-    let steps = mediaonce::step::StepRegistry::builtin();
+    let steps = mediaonce::steps::StepRegistry::builtin();
     let vars = [
         ("MEDIAONCE_TABLE", "jobs"),
         ("MEDIAONCE_OUTPUT_BUCKET", "out"),
@@ -305,7 +305,6 @@ fn app_overwriting_before_read(
         mediaonce::queue::Queue::new(std::sync::Arc::new(
             mediaonce::queue::RecordingQueue::default(),
         )),
-        steps,
     );
     (std::sync::Arc::new(app), objects)
 }

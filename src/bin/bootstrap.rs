@@ -6,7 +6,7 @@ use std::sync::Arc;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use mediaonce::handler::{handle_batch, App, Invocation};
-use mediaonce::step::StepRegistry;
+use mediaonce::steps::StepRegistry;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

@@ -12,7 +12,7 @@ use mediaonce::handler::{handle_batch, App, Invocation};
 use mediaonce::key::{check_input_hash, job_key, Recipe};
 use mediaonce::lease::{Clock, SystemClock};
 use mediaonce::ledger::Ledger;
-use mediaonce::step::StepRegistry;
+use mediaonce::steps::StepRegistry;
 
 #[derive(Parser)]
 #[command(

@@ -21,8 +21,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
+use super::movie_error;
 use crate::bmff;
-use crate::step::{JobOutputs, Step, StepContext, StepError};
+use crate::step::{content_type, JobOutputs, Step, StepContext, StepError};
 
 /// The ffmpeg binary; default `ffmpeg` on PATH (`/opt/bin/ffmpeg` from a
 /// Lambda layer).
@@ -446,8 +447,13 @@ impl HlsPackage {
     /// ffmpeg from `MEDIAONCE_FFMPEG` or PATH; scratch in the system's
     /// temporary directory (`/tmp` in Lambda, `TMPDIR` if set).
     pub fn from_env() -> Self {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// The same, with `MEDIAONCE_FFMPEG` read through `lookup`.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
         HlsPackage {
-            ffmpeg: std::env::var_os(ENV_FFMPEG)
+            ffmpeg: lookup(ENV_FFMPEG)
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from("ffmpeg")),
@@ -472,24 +478,22 @@ impl Step for HlsPackage {
         "hls-package"
     }
 
-    fn check_params(&self, params: &Map<String, Value>) -> Result<(), String> {
-        HlsParams::from_params(params).map(|_| ())
+    type Params = HlsParams;
+
+    fn params(&self, params: &Map<String, Value>) -> Result<HlsParams, String> {
+        HlsParams::from_params(params)
     }
 
-    fn time_needed(&self, params: &Map<String, Value>) -> Duration {
-        let seconds = HlsParams::from_params(params)
-            .map(|p| p.min_seconds)
-            .unwrap_or_else(|_| default_min_seconds());
-        Duration::from_secs(seconds) + STOP_BEFORE_DEADLINE
+    fn time_needed(&self, params: &HlsParams) -> Duration {
+        Duration::from_secs(params.min_seconds) + STOP_BEFORE_DEADLINE
     }
 
     async fn run(
         &self,
+        params: &HlsParams,
         context: &StepContext<'_>,
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
-        let params = HlsParams::from_params(&context.recipe.params)
-            .map_err(StepError::invalid_params(self.name()))?;
         let input = context.input;
         let free = free_bytes(&self.scratch).map_err(|e| {
             StepError::Failed(format!("free space of {}: {e}", self.scratch.display()))
@@ -528,9 +532,9 @@ impl Step for HlsPackage {
             Some(90 | 270) => width,
             _ => height,
         };
-        let renditions = plan_renditions(&params, displayed);
+        let renditions = plan_renditions(params, displayed);
         let args = ffmpeg_args(
-            &params,
+            params,
             &renditions,
             movie.audio().is_some(),
             &input_path,
@@ -554,7 +558,7 @@ impl Step for HlsPackage {
 }
 
 async fn read_movie(path: &Path) -> Result<bmff::MovieInfo, StepError> {
-    let unreadable = |e: bmff::BmffError| e.into_step_error("hls-package reads MP4/MOV inputs");
+    let unreadable = |e: bmff::BmffError| movie_error(e, "hls-package reads MP4/MOV inputs");
     let file = std::fs::File::open(path)
         .map_err(|e| StepError::Failed(format!("opening {}: {e}", path.display())))?;
     let size = file
@@ -661,14 +665,6 @@ async fn run_ffmpeg(
         )));
     }
     Ok(())
-}
-
-fn content_type(name: &str) -> &'static str {
-    match Path::new(name).extension().and_then(|e| e.to_str()) {
-        Some("m3u8") => "application/vnd.apple.mpegurl",
-        Some("ts") => "video/mp2t",
-        _ => "application/octet-stream",
-    }
 }
 
 /// Uploads every file under `dir` by its relative path, in name order, the

@@ -160,21 +160,22 @@ impl Step for Probe {
         "probe"
     }
 
-    fn check_params(
+    type Params = ProbeParams;
+
+    fn params(
         &self,
         params: &serde_json::Map<String, serde_json::Value>,
-    ) -> Result<(), String> {
-        ProbeParams::from_params(params).map(|_| ())
+    ) -> Result<ProbeParams, String> {
+        ProbeParams::from_params(params)
     }
 
     async fn run(
         &self,
+        params: &ProbeParams,
         context: &StepContext<'_>,
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
-        let params = ProbeParams::from_params(&context.recipe.params)
-            .map_err(StepError::invalid_params(self.name()))?;
-        let report = probe(context.input, params).await?;
+        let report = probe(context.input, *params).await?;
         let mut json =
             serde_json::to_vec_pretty(&report).map_err(|e| StepError::Failed(e.to_string()))?;
         json.push(b'\n');
@@ -193,7 +194,7 @@ pub async fn probe(input: &JobInput, params: ProbeParams) -> Result<ProbeReport,
     let movie = if bmff::looks_like_movie(&start) {
         let movie = bmff::read_movie(input, size, &start)
             .await
-            .map_err(|e| e.into_step_error("unreadable MP4/MOV"))?;
+            .map_err(|e| super::movie_error(e, "unreadable MP4/MOV"))?;
         if sniffed.content_type == "application/octet-stream" {
             // A QuickTime file from before `ftyp` existed.
             sniffed.content_type = "video/quicktime".into();

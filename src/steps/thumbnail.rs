@@ -33,7 +33,12 @@ use crate::step::{JobOutputs, Step, StepContext, StepError};
 /// Inputs larger than this are refused before reading (bytes).
 pub const MAX_INPUT_BYTES: u64 = 512 * 1024 * 1024;
 
-pub struct Thumbnail;
+/// The step, with the pixel limit images are checked against before
+/// decoding (`MEDIAONCE_MAX_PIXELS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thumbnail {
+    pub max_pixels: u64,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -473,17 +478,19 @@ impl Step for Thumbnail {
         "thumbnail"
     }
 
-    fn check_params(&self, params: &Map<String, Value>) -> Result<(), String> {
-        ThumbnailParams::parse(params).map(|_| ())
+    type Params = ThumbnailParams;
+
+    fn params(&self, params: &Map<String, Value>) -> Result<ThumbnailParams, String> {
+        ThumbnailParams::parse(params)
     }
 
     async fn run(
         &self,
+        params: &ThumbnailParams,
         context: &StepContext<'_>,
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
-        let params = ThumbnailParams::parse(&context.recipe.params)
-            .map_err(StepError::invalid_params(self.name()))?;
+        let params = params.clone();
         let input = context.input;
         if input.head.size > MAX_INPUT_BYTES {
             return Err(StepError::Unprocessable(format!(
@@ -492,7 +499,7 @@ impl Step for Thumbnail {
             )));
         }
         let bytes = input.read_all().await?;
-        let (max_pixels, format) = (context.max_pixels, params.format);
+        let (max_pixels, format) = (self.max_pixels, params.format);
         // Decoding and resizing are CPU work: off the async runtime's threads.
         let rendered =
             tokio::task::spawn_blocking(move || -> Result<Vec<(u32, Vec<u8>)>, StepError> {

@@ -30,8 +30,10 @@ use mediaonce::ledger::dynamodb::DynamoDbTable;
 use mediaonce::ledger::faults::FaultyTable;
 use mediaonce::ledger::{JobRow, Ledger};
 use mediaonce::queue::Queue;
-use mediaonce::step::{JobOutputs, Step, StepContext, StepError, StepRegistry};
+use mediaonce::step::{JobOutputs, Step, StepContext, StepError};
 use mediaonce::steps::probe::Probe;
+use mediaonce::steps::probe::ProbeParams;
+use mediaonce::steps::StepRegistry;
 use mediaonce::store::faults::FaultyObjects;
 use mediaonce::store::s3::S3Objects;
 use mediaonce::store::{GetError, HeadError, ObjectClient, ObjectRef, ObjectStore, PutError};
@@ -140,18 +142,33 @@ impl CountedProbe {
 
 #[async_trait::async_trait]
 impl Step for CountedProbe {
+    type Params = ProbeParams;
+
     fn name(&self) -> &'static str {
         Self::NAME
     }
 
+    fn params(
+        &self,
+        params: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<ProbeParams, String> {
+        Probe.params(params)
+    }
+
     async fn run(
         &self,
+        params: &ProbeParams,
         context: &StepContext<'_>,
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
         self.0.fetch_add(1, Ordering::SeqCst);
-        Probe.run(context, outputs).await
+        Probe.run(params, context, outputs).await
     }
+}
+
+/// Params for the tests' steps that take none: any object.
+fn no_params(_params: &serde_json::Map<String, serde_json::Value>) -> Result<(), String> {
+    Ok(())
 }
 
 /// A step that panics: a bug in a step must fail its job, not the batch,
@@ -161,12 +178,19 @@ pub struct PanickingStep;
 
 #[async_trait::async_trait]
 impl Step for PanickingStep {
+    type Params = ();
+
     fn name(&self) -> &'static str {
         "panics"
     }
 
+    fn params(&self, params: &serde_json::Map<String, serde_json::Value>) -> Result<(), String> {
+        no_params(params)
+    }
+
     async fn run(
         &self,
+        _params: &(),
         _context: &StepContext<'_>,
         _outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
@@ -206,12 +230,19 @@ pub struct HangingStep;
 
 #[async_trait::async_trait]
 impl Step for HangingStep {
+    type Params = ();
+
     fn name(&self) -> &'static str {
         "hangs"
     }
 
+    fn params(&self, params: &serde_json::Map<String, serde_json::Value>) -> Result<(), String> {
+        no_params(params)
+    }
+
     async fn run(
         &self,
+        _params: &(),
         _context: &StepContext<'_>,
         _outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
@@ -253,12 +284,22 @@ impl GatedProbe {
 
 #[async_trait::async_trait]
 impl Step for GatedProbe {
+    type Params = ProbeParams;
+
     fn name(&self) -> &'static str {
         "gated-probe"
     }
 
+    fn params(
+        &self,
+        params: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<ProbeParams, String> {
+        Probe.params(params)
+    }
+
     async fn run(
         &self,
+        params: &ProbeParams,
         context: &StepContext<'_>,
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
@@ -267,7 +308,7 @@ impl Step for GatedProbe {
             self.arrived.notify_one();
             opened.await;
         }
-        Probe.run(context, outputs).await
+        Probe.run(params, context, outputs).await
     }
 }
 
@@ -314,7 +355,6 @@ pub struct Pipeline {
     /// The handler's reads of input objects.
     pub reads: ReadCounter,
     config: Config,
-    steps: StepRegistry,
     counted_dynamodb: aws_sdk_dynamodb::Client,
 }
 
@@ -415,12 +455,16 @@ impl Pipeline {
             vars.insert(ENV_RECIPES.into(), recipes);
         }
         let counted = CountedProbe::default();
-        let mut steps = StepRegistry::builtin();
-        steps.register(Arc::new(counted.clone()));
-        steps.register(Arc::new(PanickingStep));
-        steps.register(Arc::new(HangingStep));
+        // The steps' settings: the test's variables, else the environment
+        // (make test sets MEDIAONCE_FFMPEG there).
+        let mut steps = StepRegistry::builtin_from(|name| {
+            vars.get(name).cloned().or_else(|| std::env::var(name).ok())
+        });
+        steps.register(counted.clone());
+        steps.register(PanickingStep);
+        steps.register(HangingStep);
         let gate = GatedProbe::default();
-        steps.register(Arc::new(gate.clone()));
+        steps.register(gate.clone());
         let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps).expect("config");
         let reads = ReadCounter::new(S3Objects::new(s3.clone()));
         let app = Arc::new(App::new(
@@ -428,13 +472,11 @@ impl Pipeline {
             Ledger::dynamodb(counted_dynamodb.clone(), table.clone()),
             ObjectStore::new(reads.clone()),
             Queue::sqs(sqs.clone()),
-            steps.clone(),
         ));
         app.ledger.check_table().await.expect("table is usable");
 
         Pipeline {
             config,
-            steps,
             counted_dynamodb,
             gate,
             reads,
@@ -474,7 +516,6 @@ impl Pipeline {
                 )),
                 ObjectStore::new(FaultyObjects::new(S3Objects::new(self.s3.clone()), faults)),
                 Queue::sqs(self.sqs.clone()),
-                self.steps.clone(),
             )
             .with_clock(SkewedClock(clock_offset_ms))
             .with_seed(seed),
@@ -488,7 +529,6 @@ impl Pipeline {
             Ledger::dynamodb(self.counted_dynamodb.clone(), self.table.clone()),
             store,
             Queue::sqs(self.sqs.clone()),
-            self.steps.clone(),
         ))
     }
 

@@ -1,0 +1,173 @@
+//! Steps: the work a recipe names, and what a step may use.
+//!
+//! A step reads one input object version and writes named outputs into its
+//! job's prefix, `<output prefix><job key>/`. It must be deterministic (the
+//! same input and recipe give the same output bytes) so that a retry, or a
+//! stale worker that wakes late, writes identical files.
+//!
+//! A [`Step`] parses a recipe's params into its own type once, when the
+//! configuration is loaded ([`Step::params`]); the result, a [`BoundStep`],
+//! is what the handler runs for every job of that recipe.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::key::Recipe;
+
+mod input;
+mod outputs;
+
+pub use input::JobInput;
+pub use outputs::{content_type, JobOutputs, Manifest, OutputFile, MANIFEST_NAME};
+
+/// Why a step failed. The message is stored in the job row.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error("invalid params for step {step}: {problem}")]
+    InvalidParams { step: String, problem: String },
+    #[error("reading the input failed: {0}")]
+    Input(String),
+    #[error("integrity error: the object's bytes hash to {actual}, but S3's SHA-256 checksum says {expected}")]
+    Integrity { expected: String, actual: String },
+    #[error("writing output {name} failed: {message}")]
+    Output { name: String, message: String },
+    /// The input can never be processed (undecodable, truncated, a pixel
+    /// bomb, an unsupported format, a lying MP4): no retry can fix it, so
+    /// the job is poisoned at once instead of spending more runs.
+    #[error("{0}")]
+    Unprocessable(String),
+    /// Anything else: retried until the attempts cap.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl StepError {
+    /// Whether no retry can fix it: an unprocessable input, or params the
+    /// step refuses (a recipe does not change between retries).
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            StepError::Unprocessable(_) | StepError::InvalidParams { .. }
+        )
+    }
+
+    /// For `map_err`: the params the step named rejected, with the problem.
+    pub fn invalid_params(step: &str) -> impl FnOnce(String) -> StepError + '_ {
+        move |problem| StepError::InvalidParams {
+            step: step.to_string(),
+            problem,
+        }
+    }
+}
+
+/// What a step gets to do its work.
+pub struct StepContext<'a> {
+    pub job_key: &'a str,
+    pub recipe: &'a Recipe,
+    pub input: &'a JobInput,
+    /// The invocation deadline in epoch milliseconds, inside Lambda. A step
+    /// that runs long must stop before it (the job fails and is retried).
+    pub deadline_ms: Option<u64>,
+    /// The worker's clock: the one the deadline is compared with.
+    pub clock: &'a dyn crate::lease::Clock,
+}
+
+/// A unit of work a recipe can name.
+#[async_trait::async_trait]
+pub trait Step: Send + Sync + 'static {
+    /// A recipe's params as this step reads them.
+    type Params: Send + Sync + 'static;
+
+    /// The name recipes use.
+    fn name(&self) -> &'static str;
+
+    /// Parses and checks a recipe's params, once, when the configuration is
+    /// loaded: a bad recipe fails at start-up rather than on every message.
+    fn params(&self, params: &Map<String, Value>) -> Result<Self::Params, String>;
+
+    /// How long a run may take at most, declared so that no run starts
+    /// that the invocation deadline would cut off.
+    fn time_needed(&self, _params: &Self::Params) -> Duration {
+        Duration::ZERO
+    }
+
+    /// Runs the step, writing its outputs. The manifest is written after.
+    async fn run(
+        &self,
+        params: &Self::Params,
+        context: &StepContext<'_>,
+        outputs: &mut JobOutputs,
+    ) -> Result<(), StepError>;
+}
+
+/// A recipe's step with its params parsed: what the handler runs.
+#[async_trait::async_trait]
+pub trait BoundStep: Send + Sync {
+    /// The step's name.
+    fn name(&self) -> &'static str;
+
+    /// [`Step::time_needed`] for these params.
+    fn time_needed(&self) -> Duration;
+
+    /// [`Step::run`] with these params.
+    async fn run(
+        &self,
+        context: &StepContext<'_>,
+        outputs: &mut JobOutputs,
+    ) -> Result<(), StepError>;
+}
+
+/// A step whatever its params' type: what a registry holds.
+pub trait AnyStep: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// Parses `params` for this step: the step bound to them.
+    fn bind(&self, params: &Map<String, Value>) -> Result<Arc<dyn BoundStep>, String>;
+}
+
+impl<S: Step> AnyStep for Arc<S> {
+    fn name(&self) -> &'static str {
+        Step::name(self.as_ref())
+    }
+
+    fn bind(&self, params: &Map<String, Value>) -> Result<Arc<dyn BoundStep>, String> {
+        let params = self.params(params)?;
+        Ok(Arc::new(Bound {
+            step: self.clone(),
+            params,
+        }))
+    }
+}
+
+/// A step and its parsed params.
+struct Bound<S: Step> {
+    step: Arc<S>,
+    params: S::Params,
+}
+
+#[async_trait::async_trait]
+impl<S: Step> BoundStep for Bound<S> {
+    fn name(&self) -> &'static str {
+        self.step.name()
+    }
+
+    fn time_needed(&self) -> Duration {
+        self.step.time_needed(&self.params)
+    }
+
+    async fn run(
+        &self,
+        context: &StepContext<'_>,
+        outputs: &mut JobOutputs,
+    ) -> Result<(), StepError> {
+        self.step.run(&self.params, context, outputs).await
+    }
+}
+
+impl std::fmt::Debug for dyn BoundStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BoundStep({})", self.name())
+    }
+}
