@@ -1,0 +1,146 @@
+//! The batch: messages in lanes (one per FIFO message group, one per
+//! message otherwise), at most `concurrency` at a time, cut off before the
+//! invocation deadline; reports in the order the messages came.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+use super::busy::delay_busy_message;
+use super::job::BatchJobs;
+use super::record::process_body;
+use super::{lock, App, BatchReport, Invocation, MessageReport};
+use crate::fifo::lanes;
+
+/// Time kept back from the invocation deadline to send the response.
+const RESPONSE_RESERVE_MS: u64 = 1_000;
+
+/// Handles one SQS batch. Messages run concurrently, except that those of
+/// one FIFO message group run in order ([`crate::fifo`]). Inside Lambda it
+/// returns before the invocation deadline: a message still unfinished then
+/// is a batch item failure (its task is stopped; its claim expires with its
+/// lease).
+pub async fn handle_batch(app: Arc<App>, event: SqsEvent, invocation: Invocation) -> BatchReport {
+    let batch = Arc::new(BatchJobs::default());
+    let invocation = Arc::new(invocation);
+    let permits = Arc::new(Semaphore::new(app.config.concurrency));
+    let messages = event.records;
+    // A message without an id cannot be named in the response; an empty
+    // identifier makes Lambda retry the whole batch, which loses nothing.
+    let ids: Vec<String> = messages
+        .iter()
+        .map(|m| m.message_id.clone().unwrap_or_default())
+        .collect();
+    let lanes = lanes(&messages);
+    let slots: Arc<Mutex<Vec<Option<MessageReport>>>> =
+        Arc::new(Mutex::new(vec![None; messages.len()]));
+    let mut messages: Vec<Option<SqsMessage>> = messages.into_iter().map(Some).collect();
+    let tasks: Vec<JoinHandle<()>> = lanes
+        .iter()
+        .map(|lane| {
+            let lane: Vec<(usize, SqsMessage)> = lane
+                .iter()
+                .filter_map(|&i| Some((i, messages[i].take()?)))
+                .collect();
+            let (app, batch, invocation, permits, slots) = (
+                app.clone(),
+                batch.clone(),
+                invocation.clone(),
+                permits.clone(),
+                slots.clone(),
+            );
+            tokio::spawn(async move {
+                let mut earlier_failed = false;
+                for (index, message) in lane {
+                    let report = if earlier_failed {
+                        let message_id = message.message_id.unwrap_or_default();
+                        tracing::warn!(
+                            message_id,
+                            "an earlier message of its FIFO group failed: not run, it comes back"
+                        );
+                        failed_message(
+                            message_id,
+                            "an earlier message of its FIFO group failed in this batch",
+                        )
+                    } else {
+                        // Fair: messages start in the order they came.
+                        let _permit = permits.acquire().await;
+                        process_message(&app, &batch, &invocation, message).await
+                    };
+                    earlier_failed |= report.must_retry();
+                    lock(&slots)[index] = Some(report);
+                }
+            })
+        })
+        .collect();
+
+    let cutoff = invocation.deadline_ms.map(|deadline| {
+        let left = deadline
+            .saturating_sub(RESPONSE_RESERVE_MS)
+            .saturating_sub(app.now_ms());
+        tokio::time::Instant::now() + Duration::from_millis(left)
+    });
+    let mut fates: Vec<Option<String>> = Vec::with_capacity(tasks.len());
+    for mut task in tasks {
+        let finished = match cutoff {
+            Some(cutoff) => tokio::time::timeout_at(cutoff, &mut task).await.ok(),
+            None => Some((&mut task).await),
+        };
+        fates.push(match finished {
+            Some(Ok(())) => None,
+            Some(Err(err)) => Some(format!("message task failed: {err}")),
+            None => {
+                task.abort();
+                Some("unfinished at the invocation deadline".to_string())
+            }
+        });
+    }
+    let mut slots = lock(&slots);
+    let mut reports = Vec::with_capacity(ids.len());
+    for (lane, fate) in lanes.iter().zip(&fates) {
+        for &index in lane {
+            let report = slots[index].take().unwrap_or_else(|| {
+                let error = fate
+                    .clone()
+                    .unwrap_or_else(|| "message task ended without a report".into());
+                tracing::warn!(message_id = ids[index], error, "message comes back");
+                failed_message(ids[index].clone(), &error)
+            });
+            reports.push((index, report));
+        }
+    }
+    reports.sort_by_key(|(index, _)| *index);
+    BatchReport {
+        messages: reports.into_iter().map(|(_, report)| report).collect(),
+    }
+}
+
+fn failed_message(message_id: String, error: &str) -> MessageReport {
+    MessageReport {
+        message_id,
+        jobs: Vec::new(),
+        error: Some(error.to_string()),
+    }
+}
+
+async fn process_message(
+    app: &App,
+    batch: &BatchJobs,
+    invocation: &Invocation,
+    message: SqsMessage,
+) -> MessageReport {
+    let message_id = message.message_id.clone().unwrap_or_default();
+    let body = message.body.as_deref().unwrap_or_default();
+    let report = process_body(app, batch, invocation, message_id, body).await;
+    if let Some(busy_until_ms) = report
+        .must_retry()
+        .then(|| report.busy_until_ms())
+        .flatten()
+    {
+        delay_busy_message(app, &report.message_id, &message, busy_until_ms).await;
+    }
+    report
+}

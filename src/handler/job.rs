@@ -1,0 +1,232 @@
+//! One job: claim → step → manifest → finish, with the claim released
+//! when its input changed under it.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use futures::FutureExt;
+use tokio::sync::OnceCell;
+
+use super::{lock, App, Invocation, JobReport, Outcome};
+use crate::config::{split_s3_location, RecipeRule};
+use crate::fingerprint::{Fingerprint, ObjectHead};
+use crate::ledger::{poison_reason, Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger};
+use crate::step::{JobInput, JobOutputs, Manifest, StepContext, StepError};
+
+/// Jobs seen in this batch, so that one key is claimed once.
+#[derive(Default)]
+pub(super) struct BatchJobs {
+    jobs: Mutex<HashMap<String, Arc<OnceCell<JobReport>>>>,
+}
+
+impl BatchJobs {
+    pub fn cell(&self, key: &str) -> Arc<OnceCell<JobReport>> {
+        lock(&self.jobs).entry(key.to_string()).or_default().clone()
+    }
+}
+
+/// One job of a record: what it takes to claim and run it.
+#[derive(Clone, Copy)]
+pub(super) struct JobRun<'a> {
+    pub app: &'a App,
+    pub invocation: &'a Invocation,
+    pub rule: &'a RecipeRule,
+    pub job_key: &'a str,
+    /// The object version the key was computed from.
+    pub head: &'a ObjectHead,
+    pub fingerprint: &'a Fingerprint,
+}
+
+impl JobRun<'_> {
+    /// Claims the job and, when this worker wins it, runs the step:
+    /// claim → step → manifest → finish.
+    pub async fn run(self) -> JobReport {
+        let JobRun {
+            app,
+            invocation,
+            rule,
+            job_key,
+            head,
+            fingerprint,
+        } = self;
+        let started = Instant::now();
+        let now = app.now_ms();
+        let request = ClaimRequest {
+            job_key: job_key.to_string(),
+            step: rule.recipe.step.clone(),
+            input_hash: fingerprint.input_hash.clone(),
+            output_prefix: app.config.output_location(job_key),
+            owner: app.owner_token(&invocation.request_id),
+            lease_until_ms: app.config.lease.lease_until_ms(now, invocation.deadline_ms),
+            now_ms: now,
+            max_attempts: app.config.max_attempts,
+        };
+        let report = |outcome, attempt, reason: Option<String>| JobReport {
+            job_key: job_key.to_string(),
+            step: rule.recipe.step.clone(),
+            outcome,
+            attempt,
+            duration_ms: elapsed_ms(started),
+            reason,
+            busy_until_ms: None,
+        };
+        if let Some(reason) = app.too_late_to_start(invocation, app.start_margin(rule)) {
+            return report(Outcome::Deferred, 0, Some(reason));
+        }
+        let claim = match app.ledger.claim(&request).await {
+            Err(err) => return report(Outcome::Failed, 0, Some(err.to_string())),
+            Ok(ClaimOutcome::Done(row)) => {
+                if row.output_prefix != request.output_prefix {
+                    // Made under another configuration: reused where it is.
+                    tracing::info!(
+                        job_key,
+                        output_prefix = row.output_prefix.as_str(),
+                        configured = request.output_prefix.as_str(),
+                        "the job's outputs are where an earlier configuration put them"
+                    );
+                }
+                return report(Outcome::Reused, row.attempts, None);
+            }
+            Ok(ClaimOutcome::Busy(row)) => {
+                return JobReport {
+                    busy_until_ms: Some(row.lease_until_ms),
+                    ..report(
+                        Outcome::Busy,
+                        row.attempts,
+                        Some(format!("held until {} ms", row.lease_until_ms)),
+                    )
+                }
+            }
+            Ok(ClaimOutcome::Poisoned(row)) => {
+                return report(Outcome::Poisoned, row.attempts, Some(poison_reason(&row)));
+            }
+            Ok(ClaimOutcome::Run(claim)) => claim,
+        };
+
+        // The row's location: a takeover writes where the first attempt did.
+        let Some((output_bucket, prefix)) = split_s3_location(&claim.output_prefix) else {
+            let error = format!(
+                "the job row's output_prefix {:?} is not an s3://bucket/prefix/ location",
+                claim.output_prefix
+            );
+            let _ = app.ledger.finish_failed(&claim, &error, app.now_ms()).await;
+            return report(Outcome::Failed, claim.attempt, Some(error));
+        };
+        let input = JobInput::new(app.store.clone(), head.clone(), fingerprint.clone());
+        let mut outputs = JobOutputs::new(app.store.clone(), output_bucket, prefix);
+        let result = self.run_step(&input, &mut outputs).await;
+        if input.was_replaced() {
+            // The object changed between the head and a read: what was read
+            // may mix two objects and the key names the old bytes. Nothing is
+            // finished under that key; the new version's own event runs it.
+            let why = format!(
+                "{} was replaced while the job read it (If-Match {} failed): not finished; \
+             the new version's event runs it",
+                input.object(),
+                head.etag
+            );
+            return match app.ledger.release(&claim).await {
+                Ok(()) => report(Outcome::Skipped, claim.attempt, Some(why)),
+                // Taken over meanwhile: the successor's run stands.
+                Err(FinishError::LostLease(_)) => {
+                    report(Outcome::Skipped, claim.attempt, Some(why))
+                }
+                // The claim stays until its lease ends; the message comes back.
+                Err(err) => report(
+                    Outcome::Failed,
+                    claim.attempt,
+                    Some(format!("{why}; releasing the claim failed: {err}")),
+                ),
+            };
+        }
+        let (outcome, reason) = match &result {
+            Ok(()) => (Outcome::Ran, None),
+            Err(err) if err.is_permanent() => (
+                Outcome::Poisoned,
+                Some(format!("failed permanently (no retry can fix it): {err}")),
+            ),
+            Err(err) => (Outcome::Failed, Some(err.to_string())),
+        };
+        match finish(&app.ledger, &claim, result.err(), app.now_ms()).await {
+            Ok(()) => report(outcome, claim.attempt, reason),
+            Err(FinishError::LostLease(_)) => report(
+                Outcome::Busy,
+                claim.attempt,
+                Some("lease lost to another worker before finishing; its result stands".into()),
+            ),
+            Err(err) => report(Outcome::Failed, claim.attempt, Some(err.to_string())),
+        }
+    }
+
+    /// Runs the step and writes the manifest after it. A panicking step is a
+    /// failed job, not a lost claim.
+    async fn run_step(self, input: &JobInput, outputs: &mut JobOutputs) -> Result<(), StepError> {
+        let JobRun {
+            app,
+            invocation,
+            rule,
+            job_key,
+            ..
+        } = self;
+        let context = StepContext {
+            job_key,
+            recipe: &rule.recipe,
+            input,
+            deadline_ms: invocation.deadline_ms,
+            clock: app.clock.as_ref(),
+        };
+        AssertUnwindSafe(rule.step.run(&context, outputs))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| {
+                Err(StepError::Failed(format!(
+                    "step panicked: {}",
+                    panic_message(&panic)
+                )))
+            })?;
+        if input.was_replaced() {
+            // A step that made light of the failed read must not complete it.
+            return Err(StepError::Input(
+                "the input was replaced while it was read".into(),
+            ));
+        }
+        let manifest = Manifest {
+            job_key: job_key.to_string(),
+            input_hash: input.fingerprint.input_hash.clone(),
+            recipe: rule.recipe.to_value(),
+            outputs: outputs.files(),
+        };
+        outputs.write_manifest(&manifest).await
+    }
+}
+
+async fn finish(
+    ledger: &Ledger,
+    claim: &Claim,
+    error: Option<StepError>,
+    now_ms: u64,
+) -> Result<(), FinishError> {
+    match error {
+        None => ledger.finish_done(claim, now_ms).await,
+        Some(err) if err.is_permanent() => {
+            ledger
+                .finish_permanent(claim, &err.to_string(), now_ms)
+                .await
+        }
+        Some(err) => ledger.finish_failed(claim, &err.to_string(), now_ms).await,
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic".into())
+}
+
+pub(super) fn elapsed_ms(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,159 @@
+//! The batch handler: an SQS batch of S3 notifications in, the messages that
+//! must come back out (an SQS partial batch response).
+//!
+//! By level, each a module:
+//! - [`batch`]: the batch: lanes (FIFO groups), concurrency, the deadline
+//!   cut-off, the partial batch response;
+//! - [`record`]: a message's body and its S3 records: parse, filter, head,
+//!   fingerprint, and the jobs of the matching recipes;
+//! - [`job`]: one job: claim → step → manifest → finish;
+//! - [`busy`]: handing a busy message back for when its holder is done;
+//! - [`log`]: the one log event of each job outcome.
+//!
+//! Messages run in tasks (a panic fails only its own message), at most
+//! `concurrency` at a time; those of one FIFO message group run in order in
+//! one task. Jobs with the same key in one batch are claimed once. Inside
+//! Lambda no job starts too close to the deadline, and the response is sent
+//! before it.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::config::{Config, ConfigError, RecipeRule};
+use crate::lease::{Clock, SystemClock};
+use crate::ledger::{Ledger, LedgerError};
+use crate::queue::Queue;
+pub use crate::report::{BatchReport, JobReport, MessageReport, Outcome};
+use crate::steps::StepRegistry;
+use crate::store::ObjectStore;
+
+mod batch;
+mod busy;
+mod job;
+mod log;
+mod record;
+
+pub use batch::handle_batch;
+
+/// The invocation a batch arrived in.
+#[derive(Debug, Clone, Default)]
+pub struct Invocation {
+    /// Lambda's request id, or any id of the caller's; part of each owner token.
+    pub request_id: String,
+    /// The invocation deadline in epoch milliseconds, inside Lambda.
+    pub deadline_ms: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("configuration error: {0}")]
+    Config(#[from] ConfigError),
+    #[error("the claim table is not usable: {0}")]
+    Table(#[from] LedgerError),
+}
+
+/// Everything a batch needs: configuration (recipes bound to their steps)
+/// and clients.
+#[derive(Debug)]
+pub struct App {
+    pub config: Config,
+    pub ledger: Ledger,
+    pub store: ObjectStore,
+    pub queue: Queue,
+    clock: Arc<dyn Clock>,
+    /// The owner tokens' and the busy jitter's randomness: seedable, so that
+    /// a run (a test, the chaos soak, a simulation) can be repeated.
+    rng: Mutex<fastrand::Rng>,
+}
+
+impl App {
+    pub fn new(config: Config, ledger: Ledger, store: ObjectStore, queue: Queue) -> Self {
+        App {
+            config,
+            ledger,
+            store,
+            queue,
+            clock: Arc::new(SystemClock),
+            rng: Mutex::new(fastrand::Rng::new()),
+        }
+    }
+
+    /// The same, reading the time from `clock`.
+    pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The same, drawing owner tokens and jitter from a generator seeded
+    /// with `seed`: equal seeds, equal draws.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.rng = Mutex::new(fastrand::Rng::with_seed(seed));
+        self
+    }
+
+    /// A fresh fencing token for one attempt: `<request id>/<uuid v4>`.
+    fn owner_token(&self, request_id: &str) -> String {
+        let bytes = lock(&self.rng).u128(..).to_le_bytes();
+        format!(
+            "{request_id}/{}",
+            uuid::Builder::from_random_bytes(bytes).into_uuid()
+        )
+    }
+
+    /// Up to 1 s of jitter for a busy message's return.
+    fn jitter_ms(&self) -> u64 {
+        lock(&self.rng).u64(0..=1_000)
+    }
+
+    /// The time on this worker's clock, in epoch milliseconds.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// The time a job of `rule` needs left before the deadline to start:
+    /// the configured margin plus its step's declared need. Each job has its
+    /// own, so a slow step's need does not hold back quick ones.
+    pub fn start_margin(&self, rule: &RecipeRule) -> Duration {
+        self.config.deadline_margin + rule.step.time_needed()
+    }
+
+    /// Why a job needing `margin` may not start now, if it may not.
+    fn too_late_to_start(&self, invocation: &Invocation, margin: Duration) -> Option<String> {
+        let deadline = invocation.deadline_ms?;
+        let remaining = deadline.saturating_sub(self.now_ms());
+        let margin = u64::try_from(margin.as_millis()).unwrap_or(u64::MAX);
+        (remaining < margin).then(|| {
+            format!("not started: {remaining} ms left before the invocation deadline, {margin} ms needed")
+        })
+    }
+
+    /// Reads the configuration (binding its recipes to `steps`) and builds
+    /// the AWS clients, then checks the table, so that a misconfiguration
+    /// fails at start-up with its name.
+    pub async fn from_env(steps: StepRegistry) -> Result<Self, StartupError> {
+        let config = Config::from_env(&steps)?;
+        let sdk = crate::aws::load_sdk_config().await;
+        let app = App::new(
+            config.clone(),
+            Ledger::dynamodb(crate::aws::dynamodb_client(&sdk), config.table.clone()),
+            ObjectStore::s3(
+                crate::aws::s3_client(&sdk),
+                config.expected_bucket_owner.clone(),
+            ),
+            Queue::sqs(crate::aws::sqs_client(&sdk)),
+        );
+        app.ledger.check_table().await?;
+        Ok(app)
+    }
+}
+
+/// Locks a mutex, even one a panicking task held: the data are reports,
+/// whole or absent.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,209 @@
+//! A message's body and its S3 records: parse, filter by event and recipe,
+//! head the object version, fingerprint it, then one job per matching
+//! recipe (claimed once per batch).
+
+use std::time::Instant;
+
+use super::job::{elapsed_ms, BatchJobs, JobRun};
+use super::log::log_job;
+use super::{App, Invocation, JobReport, MessageReport, Outcome};
+use crate::config::RecipeRule;
+use crate::event::{parse_body, EventKind, Notification, S3Record};
+use crate::fingerprint::{fingerprint, replaced_since_event, ObjectHead};
+use crate::key::job_key;
+use crate::store::ObjectRef;
+
+pub(super) async fn process_body(
+    app: &App,
+    batch: &BatchJobs,
+    invocation: &Invocation,
+    message_id: String,
+    body: &str,
+) -> MessageReport {
+    let records = match parse_body(body) {
+        Ok(Notification::Records(records)) => records,
+        Ok(Notification::TestEvent) => {
+            tracing::info!(message_id, "s3:TestEvent acknowledged");
+            return MessageReport {
+                message_id,
+                jobs: Vec::new(),
+                error: None,
+            };
+        }
+        Err(err) => {
+            tracing::error!(message_id, error = %err, "message body is not a usable S3 notification");
+            return MessageReport {
+                message_id,
+                jobs: Vec::new(),
+                error: Some(err.to_string()),
+            };
+        }
+    };
+    let mut jobs = Vec::new();
+    for record in &records {
+        jobs.extend(process_record(app, batch, invocation, &message_id, record).await);
+    }
+    MessageReport {
+        message_id,
+        jobs,
+        error: None,
+    }
+}
+
+async fn process_record(
+    app: &App,
+    batch: &BatchJobs,
+    invocation: &Invocation,
+    message_id: &str,
+    record: &S3Record,
+) -> Vec<JobReport> {
+    let (bucket, key, event) = (&record.bucket, &record.key, &record.event_name);
+    match record.kind() {
+        EventKind::Created => {}
+        EventKind::Removed => {
+            tracing::info!(
+                message_id,
+                bucket,
+                key,
+                event,
+                "object removed: acknowledged, no job"
+            );
+            return Vec::new();
+        }
+        EventKind::Other => {
+            tracing::info!(
+                message_id,
+                bucket,
+                key,
+                event,
+                "not an ObjectCreated event: acknowledged, no job"
+            );
+            return Vec::new();
+        }
+    }
+    if app.config.is_own_output(bucket, key) {
+        tracing::info!(
+            message_id,
+            bucket,
+            key,
+            "object is one of our outputs: acknowledged, no job (recursion guard)"
+        );
+        return Vec::new();
+    }
+    let rules: Vec<&RecipeRule> = app
+        .config
+        .recipes
+        .iter()
+        .filter(|r| r.key_match.matches(key))
+        .collect();
+    if rules.is_empty() {
+        tracing::info!(
+            message_id,
+            bucket,
+            key,
+            "no recipe matches the key: acknowledged, no job"
+        );
+        return Vec::new();
+    }
+
+    let started = Instant::now();
+    let object = ObjectRef {
+        bucket: bucket.clone(),
+        key: key.clone(),
+        version_id: record.version_id.clone(),
+        if_match: None,
+    };
+    // Not even the quickest of the record's jobs could start: no HeadObject.
+    let quickest = rules
+        .iter()
+        .map(|rule| app.start_margin(rule))
+        .min()
+        .unwrap_or_default();
+    let head = match app.too_late_to_start(invocation, quickest) {
+        Some(reason) => Err((Outcome::Deferred, reason)),
+        None => head_for_record(app, record, &object).await,
+    };
+    let head = match head {
+        Ok(head) => head,
+        // No input hash, no key: report each recipe's job without claiming it.
+        Err((outcome, reason)) => {
+            return rules
+                .iter()
+                .map(|rule| {
+                    let report = JobReport {
+                        job_key: String::new(),
+                        step: rule.recipe.step.clone(),
+                        outcome,
+                        attempt: 0,
+                        duration_ms: elapsed_ms(started),
+                        reason: Some(reason.clone()),
+                        busy_until_ms: None,
+                    };
+                    log_job(&report, message_id, &object);
+                    report
+                })
+                .collect();
+        }
+    };
+
+    let fingerprint = fingerprint(&head);
+    let mut reports = Vec::with_capacity(rules.len());
+    for rule in rules {
+        let job_key = job_key(&fingerprint.input_hash, &rule.recipe_hash);
+        let cell = batch.cell(&job_key);
+        let mut ran_here = false;
+        let report = cell
+            .get_or_init(|| async {
+                ran_here = true;
+                JobRun {
+                    app,
+                    invocation,
+                    rule,
+                    job_key: &job_key,
+                    head: &head,
+                    fingerprint: &fingerprint,
+                }
+                .run()
+                .await
+            })
+            .await;
+        let report = if ran_here {
+            report.clone()
+        } else {
+            report.seen_again()
+        };
+        log_job(&report, message_id, &object);
+        reports.push(report);
+    }
+    reports
+}
+
+/// HeadObject of the record's object version; `Err` with the outcome when
+/// there is nothing to claim.
+async fn head_for_record(
+    app: &App,
+    record: &S3Record,
+    object: &ObjectRef,
+) -> Result<ObjectHead, (Outcome, String)> {
+    match app.store.head(object).await {
+        Ok(Some(head))
+            if replaced_since_event(
+                record.etag.as_deref(),
+                record.version_id.as_deref(),
+                &head,
+            ) =>
+        {
+            Err((
+                Outcome::Skipped,
+                format!(
+                    "{object} was replaced since the event (ETag {} is now {})",
+                    record.etag.as_deref().unwrap_or(""),
+                    head.etag
+                ),
+            ))
+        }
+        Ok(Some(head)) => Ok(head),
+        Ok(None) => Err((Outcome::Skipped, format!("{object} is gone (NoSuchKey)"))),
+        Err(err) => Err((Outcome::Failed, err.to_string())),
+    }
+}

@@ -1,0 +1,388 @@
+
+//! The handler on in-memory clients: no emulators, no network. The
+//! integration tests under `tests/` run the same paths on the emulators.
+
+use std::collections::HashMap;
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+
+use super::*;
+use crate::key::{job_key, sha256_hex};
+use crate::ledger::memory::InMemoryTable;
+use crate::ledger::{ClaimOutcome, ClaimRequest, JobRow, JobStatus};
+use crate::queue::RecordingQueue;
+use crate::store::memory::InMemoryObjects;
+
+const ARN: &str = "arn:aws:sqs:us-east-1:123456789012:jobs";
+
+struct Fixture {
+    app: Arc<App>,
+    objects: Arc<InMemoryObjects>,
+    queue: Arc<RecordingQueue>,
+}
+
+fn fixture() -> Fixture {
+    fixture_with(None)
+}
+
+fn fixture_with(recipes: Option<&str>) -> Fixture {
+    match recipes {
+        Some(recipes) => fixture_with_vars(&[("MEDIAONCE_RECIPES", recipes)]),
+        None => fixture_with_vars(&[]),
+    }
+}
+
+/// An app on in-memory clients with the default configuration.
+fn fixture_app() -> App {
+    let steps = StepRegistry::builtin();
+    let config = Config::from_lookup(
+        |name| match name {
+            "MEDIAONCE_TABLE" => Some("jobs".into()),
+            "MEDIAONCE_OUTPUT_BUCKET" => Some("out".into()),
+            _ => None,
+        },
+        &steps,
+    )
+    .unwrap();
+    App::new(
+        config,
+        Ledger::new(InMemoryTable::new("jobs")),
+        ObjectStore::new(InMemoryObjects::new()),
+        Queue::new(Arc::new(RecordingQueue::default())),
+    )
+}
+
+fn fixture_with_vars(extra: &[(&str, &str)]) -> Fixture {
+    let steps = StepRegistry::builtin();
+    let mut vars = HashMap::from([
+        ("MEDIAONCE_TABLE", "jobs"),
+        ("MEDIAONCE_OUTPUT_BUCKET", "in"),
+    ]);
+    vars.extend(extra.iter().copied());
+    let config = Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
+    let objects = InMemoryObjects::new();
+    // As App::from_env gives the S3 client the configured owner.
+    objects.expect_owner(config.expected_bucket_owner.clone());
+    let queue = Arc::new(RecordingQueue::default());
+    let app = App::new(
+        config,
+        Ledger::new(InMemoryTable::new("jobs")),
+        ObjectStore::new(objects.clone()),
+        Queue::new(queue.clone()),
+    );
+    Fixture {
+        app: Arc::new(app),
+        objects,
+        queue,
+    }
+}
+
+fn message(id: &str, key: &str, etag: &str) -> SqsMessage {
+    let body = serde_json::json!({"Records": [{
+        "eventName": "ObjectCreated:Put",
+        "s3": {"bucket": {"name": "in"}, "object": {"key": key, "eTag": etag, "size": 1}}
+    }]});
+    let mut m = SqsMessage::default();
+    m.message_id = Some(id.into());
+    m.receipt_handle = Some(format!("receipt-{id}"));
+    m.body = Some(body.to_string());
+    m.event_source_arn = Some(ARN.into());
+    m
+}
+
+async fn handle(app: &Arc<App>, messages: Vec<SqsMessage>) -> BatchReport {
+    let mut event = SqsEvent::default();
+    event.records = messages;
+    let invocation = Invocation {
+        request_id: "req".into(),
+        deadline_ms: Some(app.now_ms() + 60_000),
+    };
+    handle_batch(app.clone(), event, invocation).await
+}
+
+#[tokio::test]
+async fn runs_once_writes_outputs_then_reuses() {
+    let f = fixture();
+    let etag = f.objects.insert("in", "a.bin", b"abc", true);
+    let first = handle(
+        &f.app,
+        vec![message("1", "a.bin", &etag), message("2", "a.bin", &etag)],
+    )
+    .await;
+    let outcomes: Vec<Outcome> = first.jobs().map(|j| j.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Ran, Outcome::Reused]);
+    assert!(first.response().batch_item_failures.is_empty());
+    let key = first.jobs().next().unwrap().job_key.clone();
+    assert_eq!(
+        key,
+        job_key(&sha256_hex(b"abc"), &f.app.config.recipes[0].recipe_hash)
+    );
+    assert_eq!(
+        f.objects.keys("in", "derived/"),
+        [
+            format!("derived/{key}/_manifest.json"),
+            format!("derived/{key}/probe.json")
+        ]
+    );
+    let again = handle(&f.app, vec![message("3", "a.bin", &etag)]).await;
+    assert_eq!(again.jobs().next().unwrap().outcome, Outcome::Reused);
+    assert_eq!(
+        f.app.ledger.get(&key).await.unwrap().unwrap().status,
+        JobStatus::Done
+    );
+}
+
+#[tokio::test]
+async fn a_slow_steps_need_defers_only_its_own_job() {
+    // hls-package declares 60 + 10 s, probe nothing; 5 s margin each.
+    let f = fixture_with(Some(
+        r#"[{"step":"hls-package","version":1,"params":{"ladder":[360]}},
+                {"step":"probe","version":1,"params":{}}]"#,
+    ));
+    assert_eq!(
+        f.app.start_margin(&f.app.config.recipes[0]),
+        Duration::from_secs(75)
+    );
+    assert_eq!(
+        f.app.start_margin(&f.app.config.recipes[1]),
+        Duration::from_secs(5)
+    );
+    let etag = f.objects.insert("in", "a.mp4", b"not yet a movie", true);
+    let mut event = SqsEvent::default();
+    event.records = vec![message("1", "a.mp4", &etag)];
+    let invocation = Invocation {
+        request_id: "req".into(),
+        deadline_ms: Some(f.app.now_ms() + 30_000),
+    };
+    let report = handle_batch(f.app.clone(), event, invocation).await;
+    let outcomes: Vec<(&str, Outcome)> = report
+        .jobs()
+        .map(|j| (j.step.as_str(), j.outcome))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [("hls-package", Outcome::Deferred), ("probe", Outcome::Ran)]
+    );
+    // The message comes back for the deferred job; probe's is then reused.
+    assert_eq!(report.response().batch_item_failures.len(), 1);
+}
+
+#[tokio::test]
+async fn a_busy_message_is_handed_back_for_when_the_lease_ends() {
+    let f = fixture();
+    let etag = f.objects.insert("in", "b.bin", b"held", true);
+    let key = job_key(&sha256_hex(b"held"), &f.app.config.recipes[0].recipe_hash);
+    let lease_until_ms = f.app.now_ms() + 5_000;
+    f.app
+        .ledger
+        .claim(&ClaimRequest {
+            job_key: key.clone(),
+            step: "probe".into(),
+            input_hash: sha256_hex(b"held"),
+            output_prefix: "s3://in/derived/".into(),
+            owner: "elsewhere".into(),
+            lease_until_ms,
+            now_ms: f.app.now_ms(),
+            max_attempts: 3,
+        })
+        .await
+        .unwrap();
+    let report = handle(&f.app, vec![message("1", "b.bin", &etag)]).await;
+    assert_eq!(report.jobs().next().unwrap().outcome, Outcome::Busy);
+    let changes = f.queue.changes();
+    assert_eq!(changes.len(), 1);
+    let (url, receipt, seconds) = &changes[0];
+    assert_eq!(url, "https://sqs.us-east-1.amazonaws.com/123456789012/jobs");
+    assert_eq!(receipt, "receipt-1");
+    assert!((5..=7).contains(seconds), "{seconds}");
+    let row: JobRow = f.app.ledger.get(&key).await.unwrap().unwrap();
+    assert_eq!(row.owner, "elsewhere");
+}
+
+/// A clock the test moves.
+#[derive(Debug, Default)]
+struct ManualClock(std::sync::atomic::AtomicU64);
+
+impl Clock for Arc<ManualClock> {
+    fn now_ms(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[tokio::test]
+async fn an_input_that_kills_its_worker_every_time_ends_poisoned() {
+    use crate::faults::{Call, FaultPlan};
+    use crate::ledger::faults::FaultyTable;
+    let config = fixture_app().config;
+    let objects = InMemoryObjects::new();
+    let etag = objects.insert("in", "killer.bin", b"kills", true);
+    let clock = Arc::new(ManualClock::default());
+    clock
+        .0
+        .store(1_000_000, std::sync::atomic::Ordering::SeqCst);
+    // Every run dies before it can finish: nothing records a failure.
+    let plan = Arc::new(FaultPlan::new());
+    plan.fail(Call::Finish, usize::MAX, "the worker died");
+    let app = Arc::new(
+        App::new(
+            config,
+            Ledger::new(FaultyTable::new(InMemoryTable::new("jobs"), plan)),
+            ObjectStore::new(objects.clone()),
+            Queue::new(Arc::new(RecordingQueue::default())),
+        )
+        .with_clock(clock.clone()),
+    );
+    let max_runs = crate::ledger::max_runs(app.config.max_attempts);
+    let mut outcomes = Vec::new();
+    for delivery in 0..max_runs + 2 {
+        let report = handle(
+            &app,
+            vec![message(&delivery.to_string(), "killer.bin", &etag)],
+        )
+        .await;
+        outcomes.push(report.jobs().next().unwrap().outcome);
+        // The next delivery comes after the lease (deadline + margin).
+        clock
+            .0
+            .fetch_add(120_000, std::sync::atomic::Ordering::SeqCst);
+    }
+    let runs = outcomes.iter().filter(|o| **o == Outcome::Failed).count() as u64;
+    assert_eq!(runs, max_runs, "{outcomes:?}");
+    assert_eq!(
+        &outcomes[max_runs as usize..],
+        [Outcome::Poisoned, Outcome::Poisoned]
+    );
+}
+
+#[test]
+fn owner_tokens_and_jitter_repeat_from_a_seed() {
+    let app = |seed| fixture_app().with_seed(seed);
+    let (a, b, c) = (app(7), app(7), app(8));
+    let draws = |app: &App| {
+        (
+            app.owner_token("req"),
+            app.owner_token("req"),
+            app.jitter_ms(),
+        )
+    };
+    assert_eq!(draws(&a), draws(&b));
+    let (first, second, jitter) = draws(&c);
+    assert_ne!(first, second, "a token per attempt");
+    assert_ne!((first.clone(), second), (draws(&a).0, draws(&a).1));
+    assert!(jitter <= 1_000);
+    let uuid = first.strip_prefix("req/").unwrap();
+    assert_eq!(uuid::Uuid::parse_str(uuid).unwrap().get_version_num(), 4);
+}
+
+#[tokio::test]
+async fn a_takeover_writes_where_the_row_says_and_reuse_stays_there() {
+    let f = fixture();
+    let etag = f.objects.insert("in", "moved.bin", b"moved", true);
+    let key = job_key(&sha256_hex(b"moved"), &f.app.config.recipes[0].recipe_hash);
+    // A first attempt under an earlier configuration failed.
+    let earlier = format!("s3://in/earlier/{key}/");
+    let now = f.app.now_ms();
+    let ClaimOutcome::Run(claim) = f
+        .app
+        .ledger
+        .claim(&ClaimRequest {
+            job_key: key.clone(),
+            step: "probe".into(),
+            input_hash: sha256_hex(b"moved"),
+            output_prefix: earlier.clone(),
+            owner: "earlier/1".into(),
+            lease_until_ms: now + 5_000,
+            now_ms: now,
+            max_attempts: 3,
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("not claimed")
+    };
+    f.app
+        .ledger
+        .finish_failed(&claim, "S3 was down", now)
+        .await
+        .unwrap();
+
+    let report = handle(&f.app, vec![message("1", "moved.bin", &etag)]).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!((job.outcome, job.attempt), (Outcome::Ran, 2), "{job:?}");
+    let row = f.app.ledger.get(&key).await.unwrap().unwrap();
+    assert_eq!(row.output_prefix, earlier);
+    assert_eq!(
+        f.objects.keys("in", ""),
+        [
+            format!("earlier/{key}/_manifest.json"),
+            format!("earlier/{key}/probe.json"),
+            "moved.bin".to_string(),
+        ]
+    );
+    // Done there: reused there, nothing written where the configuration says.
+    let report = handle(&f.app, vec![message("2", "moved.bin", &etag)]).await;
+    assert_eq!(report.jobs().next().unwrap().outcome, Outcome::Reused);
+    assert!(f.objects.keys("in", "derived/").is_empty());
+}
+
+#[tokio::test]
+async fn buckets_of_another_account_are_neither_read_nor_written() {
+    let owner = [("MEDIAONCE_EXPECTED_BUCKET_OWNER", "111111111111")];
+    let f = fixture_with_vars(&[owner[0], ("MEDIAONCE_OUTPUT_BUCKET", "out")]);
+    f.objects.set_bucket_owner("in", "111111111111");
+    f.objects.set_bucket_owner("out", "111111111111");
+    let etag = f.objects.insert("in", "ours.bin", b"ours", true);
+    let report = handle(&f.app, vec![message("1", "ours.bin", &etag)]).await;
+    assert_eq!(report.jobs().next().unwrap().outcome, Outcome::Ran);
+
+    // The input bucket's name now belongs to another account.
+    f.objects.set_bucket_owner("in", "222222222222");
+    let etag = f.objects.insert("in", "theirs.bin", b"theirs", true);
+    let report = handle(&f.app, vec![message("2", "theirs.bin", &etag)]).await;
+    assert_eq!(report.response().batch_item_failures.len(), 1);
+    let job = report.jobs().next().unwrap();
+    assert_eq!(job.outcome, Outcome::Failed);
+    let reason = job.reason.clone().unwrap();
+    assert!(reason.contains("HTTP 403 AccessDenied"), "{reason}");
+    assert!(
+        reason.contains(
+            "not be owned by account 111111111111, which MEDIAONCE_EXPECTED_BUCKET_OWNER expects"
+        ),
+        "{reason}"
+    );
+
+    // The output bucket's: the job fails and nothing is written there.
+    f.objects.set_bucket_owner("in", "111111111111");
+    f.objects.set_bucket_owner("out", "222222222222");
+    let etag = f.objects.insert("in", "new.bin", b"new", true);
+    let report = handle(&f.app, vec![message("3", "new.bin", &etag)]).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!(job.outcome, Outcome::Failed, "{job:?}");
+    assert!(
+        job.reason
+            .as_deref()
+            .unwrap()
+            .contains("MEDIAONCE_EXPECTED_BUCKET_OWNER"),
+        "{job:?}"
+    );
+    let key = job_key(&sha256_hex(b"new"), &f.app.config.recipes[0].recipe_hash);
+    assert!(f.objects.keys("out", &format!("derived/{key}/")).is_empty());
+}
+
+#[tokio::test]
+async fn a_replaced_object_is_skipped_and_our_outputs_are_ignored() {
+    let f = fixture();
+    f.objects.insert("in", "c.bin", b"new bytes", false);
+    let report = handle(
+        &f.app,
+        vec![
+            message("1", "c.bin", "etag-of-the-old-bytes"),
+            message("2", "derived/x/probe.json", "e"),
+        ],
+    )
+    .await;
+    let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Skipped]);
+    assert!(report.response().batch_item_failures.is_empty());
+    assert!(f.objects.keys("in", "derived/").is_empty());
+}
