@@ -1,4 +1,3 @@
-
 //! The handler on in-memory clients: no emulators, no network. The
 //! integration tests under `tests/` run the same paths on the emulators.
 
