@@ -11,6 +11,7 @@
 //! - [`config`]: configuration from the environment;
 //! - [`ledger`]: the claim ledger (DynamoDB, in memory, failure-injecting);
 //! - [`faults`]: which calls fail, for failure-injection tests;
+//! - [`error`]: the kinds of failed calls callers branch on;
 //! - [`store`]: the S3 calls;
 //! - [`queue`]: handing busy messages back for when their holder is done;
 //! - [`step`] and [`steps`]: the work, and where its outputs go;
@@ -22,6 +23,7 @@
 pub mod aws;
 pub mod bmff;
 pub mod config;
+pub mod error;
 pub mod event;
 pub mod faults;
 pub mod fifo;

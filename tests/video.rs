@@ -392,7 +392,7 @@ async fn an_overwrite_between_the_head_and_the_read_is_skipped() {
 
 #[tokio::test]
 async fn localstack_honours_if_match_on_get() {
-    use mediaonce::store::{GetErrorKind, ObjectRef};
+    use mediaonce::store::{ErrorKind, ObjectRef};
     let p = pipeline("{}").await;
     let first = p.put("clips/pinned.bin", b"first bytes", false).await;
     let etag = first.e_tag().unwrap().trim_matches('"').to_string();
@@ -409,7 +409,7 @@ async fn localstack_honours_if_match_on_get() {
         store.get_range(&pinned, 0..5).await.unwrap_err(),
         store.get(&pinned).await.unwrap_err(),
     ] {
-        assert_eq!(err.kind, GetErrorKind::PreconditionFailed, "{err}");
+        assert_eq!(err.kind, ErrorKind::PreconditionFailed, "{err}");
         assert!(err.to_string().contains("412"), "{err}");
     }
 }

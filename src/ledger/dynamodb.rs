@@ -122,6 +122,7 @@ impl DynamoDbTable {
             operation,
             table: self.table.clone(),
             message: crate::aws::describe_error(&err),
+            kind: crate::error::ErrorKind::of_sdk(&err),
         }
     }
 

@@ -26,6 +26,8 @@ impl FaultyTable {
                 operation,
                 table: self.inner.name().to_string(),
                 message,
+                // It stands for a throttle or a 5xx after the SDK's retries.
+                kind: crate::error::ErrorKind::Transient,
             }),
             None => Ok(()),
         }

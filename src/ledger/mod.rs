@@ -193,12 +193,14 @@ pub enum ClaimOutcome {
 }
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LedgerError {
     #[error("DynamoDB {operation} on table {table} failed: {message}")]
     Service {
         operation: &'static str,
         table: String,
         message: String,
+        kind: crate::error::ErrorKind,
     },
     #[error("job row {job_key} in table {table} is malformed: {problem}")]
     MalformedRow {
@@ -291,6 +293,17 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Clone)]
 pub struct Ledger {
     table: Arc<dyn LedgerTable>,
+}
+
+impl LedgerError {
+    /// What kind of failure: `Transient` is worth retrying; a malformed row
+    /// is `Other`.
+    pub fn kind(&self) -> crate::error::ErrorKind {
+        match self {
+            LedgerError::Service { kind, .. } => *kind,
+            LedgerError::MalformedRow { .. } => crate::error::ErrorKind::Other,
+        }
+    }
 }
 
 impl Ledger {

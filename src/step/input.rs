@@ -10,7 +10,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::StepError;
 use crate::fingerprint::{Fingerprint, ObjectHead};
-use crate::store::{GetError, GetErrorKind, ObjectRef, ObjectStore};
+use crate::store::{ErrorKind, GetError, ObjectRef, ObjectStore};
 
 /// The input object version of a job.
 #[derive(Debug, Clone)]
@@ -50,7 +50,7 @@ impl JobInput {
     }
 
     fn read_error(&self, err: GetError) -> StepError {
-        if err.kind == GetErrorKind::PreconditionFailed {
+        if err.kind == ErrorKind::PreconditionFailed {
             self.replaced.store(true, Ordering::SeqCst);
         }
         StepError::Input(err.to_string())

@@ -1,12 +1,13 @@
 //! An object client that fails the calls a [`FaultPlan`] names (SlowDown,
-//! 5xx after the SDK's retries), and passes the others to the client it wraps.
+//! 5xx after the SDK's retries: transient), and passes the others to the
+//! client it wraps.
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use aws_sdk_s3::primitives::ByteStream;
 
-use super::{GetError, GetErrorKind, HeadError, ObjectClient, ObjectRef, PutError};
+use super::{ErrorKind, GetError, HeadError, ObjectClient, ObjectRef, PutError};
 use crate::faults::{Call, FaultPlan};
 use crate::fingerprint::ObjectHead;
 
@@ -49,6 +50,7 @@ impl ObjectClient for FaultyObjects {
             return Err(HeadError {
                 object: object.to_string(),
                 message,
+                kind: ErrorKind::Transient,
             });
         }
         self.inner.head_object(object).await
@@ -60,7 +62,7 @@ impl ObjectClient for FaultyObjects {
             return Err(GetError {
                 object: object.to_string(),
                 message,
-                kind: GetErrorKind::Other,
+                kind: ErrorKind::Transient,
             });
         }
         self.inner.get_object(object).await
@@ -76,7 +78,7 @@ impl ObjectClient for FaultyObjects {
             return Err(GetError {
                 object: object.to_string(),
                 message,
-                kind: GetErrorKind::Other,
+                kind: ErrorKind::Transient,
             });
         }
         self.inner.get_object_range(object, range).await
@@ -94,6 +96,7 @@ impl ObjectClient for FaultyObjects {
                 bucket: bucket.to_string(),
                 key: key.to_string(),
                 message,
+                kind: ErrorKind::Transient,
             });
         }
         self.inner.put_object(bucket, key, content_type, body).await

@@ -11,7 +11,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use super::{owner_mismatch, GetError, GetErrorKind, HeadError, ObjectClient, ObjectRef, PutError};
+use super::{owner_mismatch, ErrorKind, GetError, HeadError, ObjectClient, ObjectRef, PutError};
 use crate::fingerprint::ObjectHead;
 
 #[derive(Debug, Clone)]
@@ -87,18 +87,18 @@ impl InMemoryObjects {
             kind,
         };
         self.check_owner(&object.bucket)
-            .map_err(|message| error(message, GetErrorKind::Other))?;
+            .map_err(|message| error(message, ErrorKind::Other))?;
         let objects = self.objects();
         let stored = objects
             .get(&(object.bucket.clone(), object.key.clone()))
             .filter(|_| object.version_id.is_none())
-            .ok_or_else(|| error("NoSuchKey".into(), GetErrorKind::Other))?;
+            .ok_or_else(|| error("NoSuchKey".into(), ErrorKind::NotFound))?;
         if let Some(expected) = &object.if_match {
             let current = etag(&stored.bytes);
             if *expected != current {
                 return Err(error(
                     format!("HTTP 412 PreconditionFailed: If-Match {expected}, ETag is {current}"),
-                    GetErrorKind::PreconditionFailed,
+                    ErrorKind::PreconditionFailed,
                 ));
             }
         }
@@ -138,6 +138,7 @@ impl ObjectClient for Arc<InMemoryObjects> {
             .map_err(|message| HeadError {
                 object: object.to_string(),
                 message,
+                kind: ErrorKind::Other,
             })?;
         // Unversioned: a named version does not exist.
         if object.version_id.is_some() {
@@ -178,7 +179,7 @@ impl ObjectClient for Arc<InMemoryObjects> {
             .ok_or_else(|| GetError {
                 object: object.to_string(),
                 message: format!("InvalidRange: {range:?} of {size} bytes"),
-                kind: GetErrorKind::Other,
+                kind: ErrorKind::Other,
             })
     }
 
@@ -193,11 +194,13 @@ impl ObjectClient for Arc<InMemoryObjects> {
             bucket: bucket.to_string(),
             key: key.to_string(),
             message,
+            kind: ErrorKind::Other,
         })?;
         let bytes = body.collect().await.map_err(|e| PutError {
             bucket: bucket.to_string(),
             key: key.to_string(),
             message: e.to_string(),
+            kind: ErrorKind::Other,
         })?;
         self.objects().insert(
             (bucket.to_string(), key.to_string()),

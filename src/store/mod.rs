@@ -23,7 +23,7 @@ pub struct ObjectRef {
     pub version_id: Option<String>,
     /// GETs send `If-Match` with this ETag (without quotes): the bytes read
     /// are those of the object that was headed and keyed, or the read fails
-    /// with [`GetErrorKind::PreconditionFailed`].
+    /// with [`ErrorKind::PreconditionFailed`].
     pub if_match: Option<String>,
 }
 
@@ -37,11 +37,14 @@ impl std::fmt::Display for ObjectRef {
     }
 }
 
+pub use crate::error::ErrorKind;
+
 #[derive(Debug, thiserror::Error)]
 #[error("HeadObject {object} failed: {message}")]
 pub struct HeadError {
     pub object: String,
     pub message: String,
+    pub kind: ErrorKind,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -49,16 +52,9 @@ pub struct HeadError {
 pub struct GetError {
     pub object: String,
     pub message: String,
-    pub kind: GetErrorKind,
-}
-
-/// What a failed GetObject means to its caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GetErrorKind {
-    /// `If-Match` failed (HTTP 412): the object is no longer the one headed.
-    PreconditionFailed,
-    /// Anything else: missing, denied, throttled, a 5xx, a broken stream.
-    Other,
+    /// `PreconditionFailed`: `If-Match` failed, the object is no longer the
+    /// one headed.
+    pub kind: ErrorKind,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +63,7 @@ pub struct PutError {
     pub bucket: String,
     pub key: String,
     pub message: String,
+    pub kind: ErrorKind,
 }
 
 /// What a refused call says when a bucket owner was expected: S3 answers

@@ -9,20 +9,13 @@ use aws_sdk_s3::Client;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_runtime_api::http::Response;
 
-use super::{owner_mismatch, GetError, GetErrorKind, HeadError, ObjectClient, ObjectRef, PutError};
+use super::{owner_mismatch, ErrorKind, GetError, HeadError, ObjectClient, ObjectRef, PutError};
 use crate::aws::describe_error;
 use crate::fingerprint::ObjectHead;
 
 /// An ETag as HTTP writes it, in double quotes.
 fn quoted(etag: &str) -> String {
     format!("\"{etag}\"")
-}
-
-fn get_error_kind<E>(err: &SdkError<E, Response>) -> GetErrorKind {
-    match err.raw_response() {
-        Some(raw) if raw.status().as_u16() == 412 => GetErrorKind::PreconditionFailed,
-        _ => GetErrorKind::Other,
-    }
 }
 
 /// Objects in S3.
@@ -93,6 +86,7 @@ impl ObjectClient for S3Objects {
                 return Err(HeadError {
                     object: object.to_string(),
                     message: self.describe(&err),
+                    kind: ErrorKind::of_sdk(&err),
                 })
             }
         };
@@ -131,7 +125,7 @@ impl ObjectClient for S3Objects {
             .map_err(|err| GetError {
                 object: object.to_string(),
                 message: self.describe(&err),
-                kind: get_error_kind(&err),
+                kind: ErrorKind::of_sdk(&err),
             })
     }
 
@@ -160,12 +154,12 @@ impl ObjectClient for S3Objects {
             .range(format!("bytes={}-{}", range.start, range.end - 1))
             .send()
             .await
-            .map_err(|err| error(self.describe(&err), get_error_kind(&err)))?;
+            .map_err(|err| error(self.describe(&err), ErrorKind::of_sdk(&err)))?;
         let bytes = output
             .body
             .collect()
             .await
-            .map_err(|err| error(err.to_string(), GetErrorKind::Other))?
+            .map_err(|err| error(err.to_string(), ErrorKind::Other))?
             .into_bytes();
         Ok(bytes.to_vec())
     }
@@ -191,6 +185,7 @@ impl ObjectClient for S3Objects {
                 bucket: bucket.to_string(),
                 key: key.to_string(),
                 message: self.describe(&err),
+                kind: ErrorKind::of_sdk(&err),
             })
     }
 }

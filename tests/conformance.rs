@@ -1,0 +1,374 @@
+//! One contract per client trait, run on every implementation: the
+//! in-memory twins re-implement DynamoDB's and S3's conditional semantics
+//! by hand, and these suites are what keeps them honest. Each contract is
+//! an async function over `impl LedgerTable` or `impl ObjectClient`; the
+//! tests run it on the in-memory client and on the real service's client
+//! against the emulators.
+
+mod common;
+
+use aws_sdk_s3::primitives::ByteStream;
+use mediaonce::error::ErrorKind;
+use mediaonce::ledger::dynamodb::DynamoDbTable;
+use mediaonce::ledger::memory::InMemoryTable;
+use mediaonce::ledger::{Claim, ClaimRequest, Conditional, Finish, JobRow, JobStatus, LedgerTable};
+use mediaonce::store::memory::InMemoryObjects;
+use mediaonce::store::s3::S3Objects;
+use mediaonce::store::{ObjectClient, ObjectRef};
+
+fn row(key: &str, owner: &str, status: JobStatus, lease_until_ms: u64) -> JobRow {
+    JobRow {
+        job_key: key.into(),
+        step: "probe".into(),
+        input_hash: "a".repeat(64),
+        status,
+        lease_until_ms,
+        attempts: 1,
+        owner: owner.into(),
+        output_prefix: format!("s3://out/derived/{key}/"),
+        error: None,
+        updated_at_ms: 1_000,
+        failures: 0,
+        permanent: false,
+    }
+}
+
+fn request(key: &str, owner: &str, now_ms: u64) -> ClaimRequest {
+    ClaimRequest {
+        job_key: key.into(),
+        step: "probe".into(),
+        input_hash: "a".repeat(64),
+        // Another configuration's prefix: a takeover must keep the row's.
+        output_prefix: format!("s3://elsewhere/derived/{key}/"),
+        owner: owner.into(),
+        lease_until_ms: now_ms + 60_000,
+        now_ms,
+        max_attempts: 3,
+    }
+}
+
+fn claim(key: &str, owner: &str) -> Claim {
+    Claim {
+        job_key: key.into(),
+        owner: owner.into(),
+        attempt: 1,
+        lease_until_ms: 0,
+        output_prefix: String::new(),
+    }
+}
+
+/// The contract of a [`LedgerTable`]: each call atomic and conditional
+/// exactly as DESIGN.md's state machine says, and a rejected condition
+/// answered with the row as it is.
+async fn ledger_contract(table: impl LedgerTable) {
+    // GetItem of nothing; PutItem on a new key; the row round-trips.
+    assert_eq!(table.get("k").await.unwrap(), None);
+    let first = row("k", "a/1", JobStatus::Running, 2_000);
+    assert_eq!(
+        table.put_new(&first).await.unwrap(),
+        Conditional::Applied(())
+    );
+    assert_eq!(table.get("k").await.unwrap().as_ref(), Some(&first));
+
+    // A second put is rejected with the row that exists.
+    let second = row("k", "b/1", JobStatus::Running, 9_000);
+    assert_eq!(
+        table.put_new(&second).await.unwrap(),
+        Conditional::Rejected(Some(first.clone()))
+    );
+
+    // A takeover conditioned on a stale view is rejected with the row.
+    let mut stale = first.clone();
+    stale.owner = "someone-else/1".into();
+    assert_eq!(
+        table
+            .take_over(&stale, &request("k", "b/1", 3_000))
+            .await
+            .unwrap(),
+        Conditional::Rejected(Some(first.clone()))
+    );
+    // On the row as it is: running for the new owner, one more attempt,
+    // the row's output prefix kept.
+    assert_eq!(
+        table
+            .take_over(&first, &request("k", "b/1", 3_000))
+            .await
+            .unwrap(),
+        Conditional::Applied(2)
+    );
+    let taken = table.get("k").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            taken.owner.as_str(),
+            taken.attempts,
+            taken.status,
+            taken.lease_until_ms
+        ),
+        ("b/1", 2, JobStatus::Running, 63_000)
+    );
+    assert_eq!(taken.output_prefix, first.output_prefix);
+    assert_eq!(taken.updated_at_ms, 3_000);
+
+    // Finishing is the owner's alone, and only while running.
+    let failed = Finish::Failed {
+        error: "decoder exploded",
+        permanent: false,
+    };
+    assert_eq!(
+        table
+            .finish(&claim("k", "a/1"), failed, 4_000)
+            .await
+            .unwrap(),
+        Conditional::Rejected(Some(taken.clone()))
+    );
+    assert_eq!(
+        table
+            .finish(&claim("k", "b/1"), failed, 4_000)
+            .await
+            .unwrap(),
+        Conditional::Applied(())
+    );
+    let after = table.get("k").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            after.status,
+            after.failures,
+            after.permanent,
+            after.error.as_deref()
+        ),
+        (JobStatus::Failed, 1, false, Some("decoder exploded"))
+    );
+    assert!(matches!(
+        table
+            .finish(&claim("k", "b/1"), Finish::Done, 4_001)
+            .await
+            .unwrap(),
+        Conditional::Rejected(Some(_))
+    ));
+
+    // A permanent failure is marked so, and counted.
+    table
+        .put_new(&row("p", "a/1", JobStatus::Running, 2_000))
+        .await
+        .unwrap();
+    let permanent = Finish::Failed {
+        error: "not an image",
+        permanent: true,
+    };
+    table
+        .finish(&claim("p", "a/1"), permanent, 4_000)
+        .await
+        .unwrap();
+    let marked = table.get("p").await.unwrap().unwrap();
+    assert_eq!((marked.failures, marked.permanent), (1, true));
+
+    // Retry: a failed row's counters go back to 0 and the mark goes; the
+    // row as it was comes back.
+    assert_eq!(
+        table.reset_attempts("p", 5_000).await.unwrap(),
+        Conditional::Applied(marked.clone())
+    );
+    let reset = table.get("p").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            reset.attempts,
+            reset.failures,
+            reset.permanent,
+            reset.error.as_deref()
+        ),
+        (0, 0, false, Some("not an image"))
+    );
+    // Not a live running row, nor a done one, nor a missing one.
+    table
+        .put_new(&row("live", "a/1", JobStatus::Running, 9_000))
+        .await
+        .unwrap();
+    assert!(matches!(
+        table.reset_attempts("live", 5_000).await.unwrap(),
+        Conditional::Rejected(Some(_))
+    ));
+    assert!(matches!(
+        table.reset_attempts("live", 9_000).await.unwrap(),
+        Conditional::Applied(_)
+    ));
+    assert_eq!(
+        table.reset_attempts("missing", 5_000).await.unwrap(),
+        Conditional::Rejected(None)
+    );
+
+    // Done removes the error.
+    table
+        .put_new(&row("d", "a/1", JobStatus::Running, 2_000))
+        .await
+        .unwrap();
+    table
+        .finish(&claim("d", "a/1"), Finish::Done, 4_000)
+        .await
+        .unwrap();
+    let done = table.get("d").await.unwrap().unwrap();
+    assert_eq!((done.status, done.error), (JobStatus::Done, None));
+    assert!(matches!(
+        table.reset_attempts("d", 5_000).await.unwrap(),
+        Conditional::Rejected(Some(_))
+    ));
+
+    // Release: the owner's running claim is deleted; anyone else's, or a
+    // finished row, stays; nothing to release is rejected with nothing.
+    table
+        .put_new(&row("r", "a/1", JobStatus::Running, 2_000))
+        .await
+        .unwrap();
+    assert!(matches!(
+        table.release(&claim("r", "b/1")).await.unwrap(),
+        Conditional::Rejected(Some(_))
+    ));
+    assert_eq!(
+        table.release(&claim("r", "a/1")).await.unwrap(),
+        Conditional::Applied(())
+    );
+    assert_eq!(table.get("r").await.unwrap(), None);
+    assert_eq!(
+        table.release(&claim("r", "a/1")).await.unwrap(),
+        Conditional::Rejected(None)
+    );
+    assert!(matches!(
+        table.release(&claim("d", "a/1")).await.unwrap(),
+        Conditional::Rejected(Some(_))
+    ));
+}
+
+#[tokio::test]
+async fn the_in_memory_table_keeps_the_ledger_contract() {
+    ledger_contract(InMemoryTable::new("jobs")).await;
+}
+
+#[tokio::test]
+async fn dynamodb_keeps_the_ledger_contract() {
+    let sdk = mediaonce::aws::load_sdk_config().await;
+    let client = mediaonce::aws::dynamodb_client(&sdk);
+    let table = common::unique("conformance");
+    common::create_table(&client, &table).await;
+    ledger_contract(DynamoDbTable::new(client, table)).await;
+}
+
+fn object(bucket: &str, key: &str, if_match: Option<String>) -> ObjectRef {
+    ObjectRef {
+        bucket: bucket.into(),
+        key: key.into(),
+        version_id: None,
+        if_match,
+    }
+}
+
+/// The contract of an [`ObjectClient`] on an existing, unversioned bucket.
+async fn object_contract(client: impl ObjectClient, bucket: &str) {
+    let key = "dir/a b+c.bin";
+    // HeadObject of nothing is `None`, not an error; GetObject is NotFound.
+    assert!(client
+        .head_object(&object(bucket, key, None))
+        .await
+        .unwrap()
+        .is_none());
+    let missing = client
+        .get_object(&object(bucket, key, None))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.kind, ErrorKind::NotFound, "{missing}");
+
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
+    client
+        .put_object(
+            bucket,
+            key,
+            "application/x-test",
+            ByteStream::from(bytes.clone()),
+        )
+        .await
+        .unwrap();
+    let head = client
+        .head_object(&object(bucket, key, None))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((head.bucket.as_str(), head.key.as_str()), (bucket, key));
+    assert_eq!(head.size, 10_000);
+    assert!(
+        !head.etag.is_empty() && !head.etag.contains('"'),
+        "{}",
+        head.etag
+    );
+    assert_eq!(head.version_id, None);
+    assert_eq!(head.content_type.as_deref(), Some("application/x-test"));
+    // PutObject asks for no checksum: none is kept to key by.
+    assert_eq!(head.checksum_sha256, None);
+
+    // Whole and ranged reads, pinned to the head's ETag.
+    let pinned = object(bucket, key, Some(head.etag.clone()));
+    let whole = client
+        .get_object(&pinned)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(whole.into_bytes().to_vec(), bytes);
+    assert_eq!(
+        client.get_object_range(&pinned, 100..356).await.unwrap(),
+        bytes[100..356]
+    );
+    assert_eq!(
+        client
+            .get_object_range(&pinned, 9_999..10_000)
+            .await
+            .unwrap(),
+        [bytes[9_999]]
+    );
+    assert!(client
+        .get_object_range(&pinned, 5..5)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // An overwrite changes the ETag; reads pinned to the old one fail 412.
+    client
+        .put_object(
+            bucket,
+            key,
+            "application/x-test",
+            ByteStream::from(b"new".to_vec()),
+        )
+        .await
+        .unwrap();
+    let new_head = client
+        .head_object(&object(bucket, key, None))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(new_head.etag, head.etag);
+    assert_eq!(new_head.size, 3);
+    for err in [
+        client.get_object_range(&pinned, 0..3).await.unwrap_err(),
+        client.get_object(&pinned).await.unwrap_err(),
+    ] {
+        assert_eq!(err.kind, ErrorKind::PreconditionFailed, "{err}");
+    }
+    let repinned = object(bucket, key, Some(new_head.etag));
+    assert_eq!(
+        client.get_object_range(&repinned, 0..3).await.unwrap(),
+        b"new"
+    );
+}
+
+#[tokio::test]
+async fn the_in_memory_store_keeps_the_object_contract() {
+    object_contract(InMemoryObjects::new(), "bucket").await;
+}
+
+#[tokio::test]
+async fn s3_keeps_the_object_contract() {
+    let sdk = mediaonce::aws::load_sdk_config().await;
+    let s3 = mediaonce::aws::s3_client(&sdk);
+    let bucket = common::unique("conformance");
+    s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    object_contract(S3Objects::new(s3), &bucket).await;
+}
