@@ -30,6 +30,7 @@ demo: emulators
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
+	cargo clippy --lib --bins -- -D warnings
 	$(EMULATORS) install
 	"$$($(EMULATORS) bin)/cfn-lint" template.yaml
 

@@ -19,21 +19,65 @@
 //! - [`report`]: what each job and message came to.
 //!
 //! DESIGN.md says what is guaranteed and what breaks it.
+//!
+//! # As a library
+//!
+//! A function with steps of its own is `fn main` and its steps: implement
+//! [`Step`], register it beside the built-in ones, and hand the registry to
+//! [`run`]:
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), lambda_runtime::Error> {
+//! let mut steps = mediaonce::StepRegistry::builtin();
+//! // steps.register(MyStep);
+//! mediaonce::run(steps).await
+//! # }
+//! ```
+//!
+//! `examples/custom_step.rs` is a whole one. The crate root re-exports what
+//! that needs; the public modules are the pure key computation ([`key`],
+//! [`fingerprint`]), the configuration ([`config`]), the clients behind
+//! traits ([`ledger`], [`store`], [`queue`], [`aws`]), the clock ([`lease`])
+//! and the built-in steps ([`steps`]). The in-memory and failure-injecting
+//! clients, and the modules the handler is built from, are public only with
+//! the `testing` feature, for this crate's tests and fuzz targets: they are
+//! not part of the API.
+
+/// A module of the handler's own: public only with the `testing` feature.
+macro_rules! internal {
+    ($($name:ident),* $(,)?) => {$(
+        #[cfg(feature = "testing")]
+        #[doc(hidden)]
+        pub mod $name;
+        #[cfg(not(feature = "testing"))]
+        mod $name;
+    )*};
+}
 
 pub mod aws;
-pub mod bmff;
 pub mod config;
 pub mod error;
-pub mod event;
-pub mod faults;
-pub mod fifo;
 pub mod fingerprint;
-pub mod handler;
 pub mod key;
 pub mod lease;
 pub mod ledger;
 pub mod queue;
-pub mod report;
-pub mod step;
 pub mod steps;
 pub mod store;
+
+internal!(bmff, event, fifo, handler, report, runtime, step);
+
+/// Which calls fail: for failure-injection tests only.
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod faults;
+
+pub use config::{Config, ConfigError};
+pub use handler::{handle_batch, App, Invocation, StartupError};
+pub use key::{job_key, Recipe};
+pub use report::{BatchReport, JobReport, MessageReport, Outcome};
+pub use runtime::run;
+pub use step::{
+    JobInput, JobOutputs, Manifest, OutputFile, Step, StepContext, StepError, MANIFEST_NAME,
+};
+pub use steps::StepRegistry;

@@ -6,6 +6,7 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse};
 /// What a job came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Outcome {
     /// This worker ran the step and marked the job done.
     Ran,

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use aws_lambda_events::event::sqs::SqsEvent;
 use clap::{Parser, Subcommand};
 use mediaonce::config::ENV_TABLE;
-use mediaonce::handler::{handle_batch, App, Invocation};
 use mediaonce::key::{check_input_hash, job_key, Recipe};
 use mediaonce::lease::{Clock, SystemClock};
 use mediaonce::ledger::Ledger;
 use mediaonce::steps::StepRegistry;
+use mediaonce::{handle_batch, App, Invocation};
 
 #[derive(Parser)]
 #[command(

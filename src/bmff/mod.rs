@@ -21,8 +21,12 @@ mod fragments;
 mod locate;
 mod movie;
 
+// The reader's API; the handler's steps use only part of it.
+#[allow(unused_imports)]
 pub use fragments::FragmentIndex;
+#[allow(unused_imports)]
 pub use locate::{locate_movie, looks_like_movie, MovieBoxes};
+#[allow(unused_imports)]
 pub use movie::{parse_boxes, parse_movie, MovieInfo, TrackInfo};
 
 /// Bytes read at each top-level box whose header is not already at hand:

@@ -17,7 +17,11 @@ use std::sync::Arc;
 use crate::lease::is_live;
 
 pub mod dynamodb;
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
 pub mod faults;
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
 pub mod memory;
 
 /// Attribute names of a job row, named once.
@@ -41,6 +45,7 @@ pub const MAX_ERROR_CHARS: usize = 2_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum JobStatus {
     Running,
     Done,

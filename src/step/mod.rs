@@ -24,6 +24,7 @@ pub use outputs::{content_type, JobOutputs, Manifest, OutputFile, MANIFEST_NAME}
 
 /// Why a step failed. The message is stored in the job row.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StepError {
     #[error("invalid params for step {step}: {problem}")]
     InvalidParams { step: String, problem: String },

@@ -11,7 +11,11 @@ use aws_sdk_s3::primitives::ByteStream;
 
 use crate::fingerprint::ObjectHead;
 
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
 pub mod faults;
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
 pub mod memory;
 pub mod s3;
 
