@@ -26,11 +26,13 @@ demo: emulators
 	cargo build --bin mediaonce
 	$(WITH_EMULATORS) "$$($(EMULATORS) python)" scripts/demo.py target/debug/mediaonce
 
-## lint: formatting, clippy, and the SAM template
+## lint: formatting, clippy (with and without the testing feature), no
+## import circle among the modules, and the SAM template
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --lib --bins -- -D warnings
+	python3 scripts/module_cycles.py
 	$(EMULATORS) install
 	"$$($(EMULATORS) bin)/cfn-lint" template.yaml
 

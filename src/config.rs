@@ -21,15 +21,15 @@ pub const ENV_LEASE_MARGIN_SECS: &str = "MEDIAONCE_LEASE_MARGIN_SECS";
 pub const ENV_LEASE_SECS: &str = "MEDIAONCE_LEASE_SECS";
 pub const ENV_MAX_ATTEMPTS: &str = "MEDIAONCE_MAX_ATTEMPTS";
 pub const ENV_DEADLINE_MARGIN_SECS: &str = "MEDIAONCE_DEADLINE_MARGIN_SECS";
-pub const ENV_MAX_PIXELS: &str = "MEDIAONCE_MAX_PIXELS";
-pub const ENV_EXPECTED_BUCKET_OWNER: &str = "MEDIAONCE_EXPECTED_BUCKET_OWNER";
+/// Owned by the thumbnail step, which is built with it.
+pub use crate::steps::thumbnail::{DEFAULT_MAX_PIXELS, ENV_MAX_PIXELS};
+/// Owned by the store, whose S3 calls carry it.
+pub use crate::store::ENV_EXPECTED_BUCKET_OWNER;
 
 pub const DEFAULT_OUTPUT_PREFIX: &str = "derived/";
 pub const DEFAULT_RECIPES: &str = r#"[{"step":"probe","version":1,"params":{}}]"#;
 pub const DEFAULT_CONCURRENCY: usize = 8;
 pub const DEFAULT_MAX_ATTEMPTS: u64 = 3;
-/// 100 megapixels.
-pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
 pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -156,7 +156,7 @@ impl Config {
         }
         // Checked here so that a bad value names its variable at start-up;
         // the thumbnail step is built with it (`StepRegistry::builtin_from`).
-        max_pixels(get(ENV_MAX_PIXELS))?;
+        positive(ENV_MAX_PIXELS, get(ENV_MAX_PIXELS), DEFAULT_MAX_PIXELS)?;
         let expected_bucket_owner = get(ENV_EXPECTED_BUCKET_OWNER)
             .map(|account| {
                 let account = account.trim().to_string();
@@ -208,12 +208,6 @@ pub fn split_s3_location(location: &str) -> Option<(&str, &str)> {
     let rest = location.strip_prefix("s3://")?;
     let (bucket, prefix) = rest.split_once('/')?;
     (!bucket.is_empty() && prefix.ends_with('/')).then_some((bucket, prefix))
-}
-
-/// `MEDIAONCE_MAX_PIXELS`: images declaring more pixels are refused
-/// before decoding.
-pub fn max_pixels(text: Option<String>) -> Result<u64, ConfigError> {
-    positive(ENV_MAX_PIXELS, text, DEFAULT_MAX_PIXELS)
 }
 
 fn positive(

@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::bmff::BmffError;
-use crate::config::{max_pixels, DEFAULT_MAX_PIXELS, ENV_MAX_PIXELS};
 use crate::step::{AnyStep, Step, StepError};
 
 pub mod hls;
@@ -25,13 +24,11 @@ impl StepRegistry {
 
     /// The built-in steps, set up from `lookup` (the environment, or a map
     /// in tests): `thumbnail` with `MEDIAONCE_MAX_PIXELS`, `hls-package` with
-    /// `MEDIAONCE_FFMPEG`. A bad value takes the default here; the
-    /// configuration, read through the same lookup, refuses it at start-up.
+    /// `MEDIAONCE_FFMPEG`.
     pub fn builtin_from(lookup: impl Fn(&str) -> Option<String>) -> Self {
-        let max_pixels = max_pixels(lookup(ENV_MAX_PIXELS)).unwrap_or(DEFAULT_MAX_PIXELS);
         let mut registry = StepRegistry::default();
         registry.register(probe::Probe);
-        registry.register(thumbnail::Thumbnail { max_pixels });
+        registry.register(thumbnail::Thumbnail::from_lookup(&lookup));
         registry.register(hls::HlsPackage::from_lookup(&lookup));
         registry
     }

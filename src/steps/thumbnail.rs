@@ -30,6 +30,11 @@ use serde_json::{Map, Value};
 
 use crate::step::{JobOutputs, Step, StepContext, StepError};
 
+/// Images declaring more pixels than this are refused before decoding.
+pub const ENV_MAX_PIXELS: &str = "MEDIAONCE_MAX_PIXELS";
+/// 100 megapixels.
+pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
+
 /// Inputs larger than this are refused before reading (bytes).
 pub const MAX_INPUT_BYTES: u64 = 512 * 1024 * 1024;
 
@@ -38,6 +43,19 @@ pub const MAX_INPUT_BYTES: u64 = 512 * 1024 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Thumbnail {
     pub max_pixels: u64,
+}
+
+impl Thumbnail {
+    /// The step with `MEDIAONCE_MAX_PIXELS` read through `lookup`. A value
+    /// that is not a positive integer takes the default here; the
+    /// configuration, read through the same lookup, refuses it at start-up.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
+        let max_pixels = lookup(ENV_MAX_PIXELS)
+            .and_then(|text| text.trim().parse::<u64>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(DEFAULT_MAX_PIXELS);
+        Thumbnail { max_pixels }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -70,13 +70,16 @@ pub struct PutError {
     pub kind: ErrorKind,
 }
 
+/// The account every S3 call names as the bucket's owner, when set.
+pub const ENV_EXPECTED_BUCKET_OWNER: &str = "MEDIAONCE_EXPECTED_BUCKET_OWNER";
+
 /// What a refused call says when a bucket owner was expected: S3 answers
 /// 403 for a bucket another account owns (also for a plain permissions
 /// gap, hence "may").
 pub fn owner_mismatch(account: &str) -> String {
     format!(
         "the bucket may not be owned by account {account}, which {} expects",
-        crate::config::ENV_EXPECTED_BUCKET_OWNER
+        ENV_EXPECTED_BUCKET_OWNER
     )
 }
 
