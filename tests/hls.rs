@@ -195,7 +195,7 @@ async fn two_runs_write_the_same_bytes() {
         ..Options::default()
     })
     .await;
-    let bytes = std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap();
+    let bytes = small_clip();
     p.put("clips/twice.mp4", &bytes, true).await;
     let report = p.handle(p.receive(1).await).await;
     let jobs: Vec<&JobReport> = report.jobs().collect();
@@ -305,6 +305,16 @@ async fn inputs_it_cannot_package_fail_their_job_with_the_reason() {
     let job = package(&p, "tone.m4a", &std::fs::read(tone).unwrap()).await;
     assert_eq!(job.outcome, Outcome::Poisoned);
     assert!(job.reason.unwrap().contains("needs a video track"));
+}
+
+/// A 3 s clip of picture and sound, 320x240.
+fn small_clip() -> Vec<u8> {
+    std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap()
+}
+
+/// Params for the quickest real run: one 144-line rendition, ultrafast.
+fn one_quick_rung() -> serde_json::Value {
+    serde_json::json!({"ladder": [144], "preset": "ultrafast"})
 }
 
 /// A scratch directory of the test's own.
@@ -427,15 +437,10 @@ async fn ffmpeg_gets_no_credentials_and_reads_only_the_local_movie() {
         .map(|(name, _)| name)
         .filter(|name| name.starts_with("AWS_"))
         .collect();
-    let bytes = std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap();
-    let files = run_direct(
-        &step,
-        &bytes,
-        serde_json::json!({"ladder": [144], "preset": "ultrafast"}),
-        None,
-    )
-    .await
-    .unwrap();
+    let bytes = small_clip();
+    let files = run_direct(&step, &bytes, one_quick_rung(), None)
+        .await
+        .unwrap();
     assert!(files.contains_key("job/master.m3u8"), "{:?}", files.keys());
 
     let environ = std::fs::read_to_string(record.join("environ")).unwrap();
@@ -489,11 +494,11 @@ fn with_external_data_reference(mut movie: Vec<u8>) -> Vec<u8> {
 #[tokio::test]
 async fn a_movie_with_external_data_is_refused_before_ffmpeg_runs() {
     let (step, record) = recorded_step("external_ref");
-    let bytes = std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap();
+    let bytes = small_clip();
     let err = run_direct(
         &step,
         &with_external_data_reference(bytes),
-        serde_json::json!({"ladder": [144], "preset": "ultrafast"}),
+        one_quick_rung(),
         None,
     )
     .await
@@ -570,14 +575,14 @@ impl mediaonce::lease::Clock for FixedClock {
 #[tokio::test]
 async fn the_deadline_is_read_on_the_workers_clock() {
     let step = step_in("worker_clock");
-    let bytes = std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap();
+    let bytes = small_clip();
     // By the worker's clock 9 s are left (less than the 10 s ffmpeg stops
     // before the deadline); by the system's, an hour: ffmpeg must not run on.
     let deadline = common::now_ms() + 3_600_000;
     let err = run_direct_at(
         &step,
         &bytes,
-        serde_json::json!({"ladder": [144], "preset": "ultrafast"}),
+        one_quick_rung(),
         Some(deadline),
         &FixedClock(deadline - 9_000),
     )
@@ -600,7 +605,7 @@ async fn an_input_that_does_not_fit_in_scratch_is_refused_before_spooling() {
         scratch_reserve: free,
         ..step
     };
-    let bytes = std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap();
+    let bytes = small_clip();
     let err = run_direct(&step, &bytes, serde_json::json!({"ladder": [240]}), None)
         .await
         .unwrap_err();
@@ -681,15 +686,10 @@ async fn ffmpegs_progress_is_logged_to_the_end() {
     // The test runtime has one thread: the step's logs land here.
     let _guard = tracing::subscriber::set_default(subscriber);
     let step = step_in("progress");
-    let bytes = std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap();
-    run_direct(
-        &step,
-        &bytes,
-        serde_json::json!({"ladder": [144], "preset": "ultrafast"}),
-        None,
-    )
-    .await
-    .unwrap();
+    let bytes = small_clip();
+    run_direct(&step, &bytes, one_quick_rung(), None)
+        .await
+        .unwrap();
     let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     let last = logs
         .lines()
