@@ -128,9 +128,8 @@ impl JobRun<'_> {
                 head.etag
             );
             return match app.ledger.release(&claim).await {
-                Ok(()) => report(Outcome::Skipped, claim.attempt, Some(why)),
-                // Taken over meanwhile: the successor's run stands.
-                Err(FinishError::LostLease(_)) => {
+                // Released, or taken over meanwhile (the successor's run stands).
+                Ok(()) | Err(FinishError::LostLease(_)) => {
                     report(Outcome::Skipped, claim.attempt, Some(why))
                 }
                 // The claim stays until its lease ends; the message comes back.
