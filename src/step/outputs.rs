@@ -6,9 +6,9 @@ use std::path::Path;
 
 use aws_sdk_s3::primitives::ByteStream;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use super::StepError;
+use crate::fingerprint::ContentHasher;
 use crate::store::ObjectStore;
 
 /// The file a job writes last; its presence means the outputs are complete.
@@ -66,7 +66,7 @@ impl JobOutputs {
         let file = OutputFile {
             name: name.to_string(),
             size: bytes.len() as u64,
-            sha256: hex::encode(Sha256::digest(&bytes)),
+            sha256: crate::key::sha256_hex(&bytes),
         };
         self.upload(file, content_type, ByteStream::from(bytes))
             .await
@@ -152,18 +152,16 @@ pub struct Manifest {
 async fn hash_file(path: &Path) -> std::io::Result<(u64, String)> {
     use tokio::io::AsyncReadExt;
     let mut file = tokio::fs::File::open(path).await?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 1 << 16];
-    let mut size = 0u64;
+    let mut hasher = ContentHasher::new();
+    let mut buffer = vec![0u8; 1 << 20];
     loop {
         let n = file.read(&mut buffer).await?;
         if n == 0 {
             break;
         }
-        size += n as u64;
         hasher.update(&buffer[..n]);
     }
-    Ok((size, hex::encode(hasher.finalize())))
+    Ok((hasher.size(), hasher.finish()))
 }
 
 /// Output names are relative paths inside the job's prefix.

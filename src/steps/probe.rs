@@ -10,10 +10,9 @@
 //! integrity error when they differ from S3's checksum.
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::bmff::{self, MovieInfo};
-use crate::fingerprint::{Fingerprint, FingerprintSource, ObjectHead};
+use crate::fingerprint::{ContentHasher, Fingerprint, FingerprintSource, ObjectHead};
 use crate::step::{JobInput, JobOutputs, Step, StepContext, StepError};
 /// How much of the object's start is read for sniffing: JPEG dimensions sit
 /// after the EXIF block, which may be up to 64 KiB, and then some; a
@@ -96,20 +95,18 @@ pub fn sniff(start: &[u8]) -> Sniffed {
 /// running SHA-256 and the size.
 #[derive(Default)]
 pub struct ProbeReader {
-    hasher: Sha256,
-    size: u64,
+    hasher: ContentHasher,
 }
 
 impl ProbeReader {
     pub fn feed(&mut self, chunk: &[u8]) {
         self.hasher.update(chunk);
-        self.size += chunk.len() as u64;
     }
 
     /// The SHA-256 of the bytes fed, or an integrity error when the input
     /// hash is S3's SHA-256 of the bytes and they hash to something else.
     pub fn verify(self, fingerprint: &Fingerprint) -> Result<String, StepError> {
-        let sha256 = hex::encode(self.hasher.finalize());
+        let sha256 = self.hasher.finish();
         if fingerprint.source == FingerprintSource::Sha256Checksum
             && sha256 != fingerprint.input_hash
         {
@@ -122,7 +119,7 @@ impl ProbeReader {
     }
 
     pub fn size(&self) -> u64 {
-        self.size
+        self.hasher.size()
     }
 }
 
