@@ -156,7 +156,8 @@ impl Config {
         }
         // Checked here so that a bad value names its variable at start-up;
         // the thumbnail step is built with it (`StepRegistry::builtin_from`).
-        positive(ENV_MAX_PIXELS, get(ENV_MAX_PIXELS), DEFAULT_MAX_PIXELS)?;
+        crate::steps::thumbnail::max_pixels(get(ENV_MAX_PIXELS).as_deref())
+            .map_err(|problem| invalid(ENV_MAX_PIXELS, problem))?;
         let expected_bucket_owner = get(ENV_EXPECTED_BUCKET_OWNER)
             .map(|account| {
                 let account = account.trim().to_string();
@@ -386,6 +387,11 @@ mod tests {
         assert_eq!(e.variable, ENV_OUTPUT_PREFIX);
         let e = config(&[(ENV_TABLE, "t"), (ENV_LEASE_SECS, "soon")]).unwrap_err();
         assert_eq!(e.variable, ENV_LEASE_SECS);
+        let e = config(&[(ENV_TABLE, "t"), (ENV_MAX_PIXELS, "0")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "MEDIAONCE_MAX_PIXELS: must be a positive integer, got \"0\""
+        );
         let e = config(&[(ENV_TABLE, "t"), (ENV_EXPECTED_BUCKET_OWNER, "12345")]).unwrap_err();
         assert_eq!(e.variable, ENV_EXPECTED_BUCKET_OWNER);
         let c = config(&[

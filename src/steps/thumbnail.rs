@@ -50,11 +50,22 @@ impl Thumbnail {
     /// that is not a positive integer takes the default here; the
     /// configuration, read through the same lookup, refuses it at start-up.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
-        let max_pixels = lookup(ENV_MAX_PIXELS)
-            .and_then(|text| text.trim().parse::<u64>().ok())
-            .filter(|&n| n > 0)
-            .unwrap_or(DEFAULT_MAX_PIXELS);
+        let max_pixels =
+            max_pixels(lookup(ENV_MAX_PIXELS).as_deref()).unwrap_or(DEFAULT_MAX_PIXELS);
         Thumbnail { max_pixels }
+    }
+}
+
+/// `MEDIAONCE_MAX_PIXELS` as written (`None` or blank: the default): a
+/// positive integer, or the problem with it. The step and the
+/// configuration's start-up check read it here, the same way.
+pub fn max_pixels(text: Option<&str>) -> Result<u64, String> {
+    match text.map(str::trim).filter(|t| !t.is_empty()) {
+        None => Ok(DEFAULT_MAX_PIXELS),
+        Some(text) => match text.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("must be a positive integer, got {text:?}")),
+        },
     }
 }
 
