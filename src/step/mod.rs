@@ -53,14 +53,6 @@ impl StepError {
             StepError::Unprocessable(_) | StepError::InvalidParams { .. }
         )
     }
-
-    /// For `map_err`: the params the step named rejected, with the problem.
-    pub fn invalid_params(step: &str) -> impl FnOnce(String) -> StepError + '_ {
-        move |problem| StepError::InvalidParams {
-            step: step.to_string(),
-            problem,
-        }
-    }
 }
 
 /// What a step gets to do its work.
