@@ -21,6 +21,7 @@ pub const ENV_LEASE_MARGIN_SECS: &str = "MEDIAONCE_LEASE_MARGIN_SECS";
 pub const ENV_LEASE_SECS: &str = "MEDIAONCE_LEASE_SECS";
 pub const ENV_MAX_ATTEMPTS: &str = "MEDIAONCE_MAX_ATTEMPTS";
 pub const ENV_DEADLINE_MARGIN_SECS: &str = "MEDIAONCE_DEADLINE_MARGIN_SECS";
+pub use crate::identity::{IdentityMode, ENV_IDENTITY};
 /// Owned by the thumbnail step, which is built with it.
 pub use crate::steps::thumbnail::{DEFAULT_MAX_PIXELS, ENV_MAX_PIXELS};
 /// Owned by the store, whose S3 calls carry it.
@@ -96,6 +97,8 @@ pub struct Config {
     /// The account that must own every bucket mediaonce reads or writes
     /// (S3's `ExpectedBucketOwner` on each call); `None`: not checked.
     pub expected_bucket_owner: Option<String>,
+    /// How a job is keyed when S3 has no full-object SHA-256 of its input.
+    pub identity: IdentityMode,
 }
 
 impl Config {
@@ -171,7 +174,12 @@ impl Config {
                 }
             })
             .transpose()?;
+        let identity = get(ENV_IDENTITY)
+            .map(|text| IdentityMode::parse(&text).map_err(|p| invalid(ENV_IDENTITY, p)))
+            .transpose()?
+            .unwrap_or_default();
         Ok(Config {
+            identity,
             table,
             output_bucket,
             output_prefix,
@@ -374,6 +382,7 @@ mod tests {
         assert_eq!(c.max_attempts, 3);
         assert_eq!(c.deadline_margin, Duration::from_secs(5));
         assert_eq!(c.expected_bucket_owner, None);
+        assert_eq!(c.identity, IdentityMode::Auto);
     }
 
     #[test]
@@ -400,6 +409,13 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.expected_bucket_owner.as_deref(), Some("123456789012"));
+        let e = config(&[(ENV_TABLE, "t"), (ENV_IDENTITY, "crc64")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "MEDIAONCE_IDENTITY: must be checksum, content or auto, not \"crc64\""
+        );
+        let c = config(&[(ENV_TABLE, "t"), (ENV_IDENTITY, "content")]).unwrap();
+        assert_eq!(c.identity, IdentityMode::Content);
         let e = config(&[
             (ENV_TABLE, "t"),
             (ENV_RECIPES, r#"[{"step":"nope","version":1,"params":{}}]"#),

@@ -23,6 +23,10 @@ pub enum Call {
     ResetAttempts,
     /// Ledger: the release's DeleteItem.
     Release,
+    /// Hash cache: GetItem.
+    GetInputHash,
+    /// Hash cache: PutItem.
+    PutInputHash,
     /// Objects: HeadObject.
     HeadObject,
     /// Objects: GetObject.

@@ -1,11 +1,13 @@
 //! The input hash: what identifies an object's bytes. Pure: no I/O (the
-//! HeadObject that feeds it lives in [`crate::store`]).
+//! HeadObject that feeds it lives in [`crate::store`]; which form a job
+//! gets is [`crate::identity`]'s decision).
 //!
 //! Two forms, and the key changes exactly when the bytes can have changed:
-//! - S3's full-object SHA-256 checksum, when the object has one: the hash of
-//!   the bytes themselves, so identical uploads anywhere share a key.
-//! - Otherwise a fingerprint of where the bytes live and which version they
-//!   are: `s3-version-etag\n<bucket>\n<key>\n<version id or empty>\n<ETag>`.
+//! - a SHA-256 of the bytes themselves, so identical uploads anywhere share
+//!   a key: S3's full-object SHA-256 checksum, or one mediaonce computed
+//!   ([`ContentHasher`]) and may have cached;
+//! - a fingerprint of where the bytes live and which version they are:
+//!   `s3-version-etag\n<bucket>\n<key>\n<version id or empty>\n<ETag>`.
 
 use base64::Engine;
 
@@ -27,16 +29,51 @@ pub struct ObjectHead {
     /// `x-amz-checksum-type`: `FULL_OBJECT` or `COMPOSITE`, when S3 said.
     pub checksum_type: Option<String>,
     pub content_type: Option<String>,
+    /// `x-amz-checksum-crc64nvme`, base64: S3 attaches one to every upload
+    /// that carries no other checksum. Never a key (a CRC is not
+    /// collision-resistant); it only narrows the hash cache's entry.
+    pub checksum_crc64nvme: Option<String>,
+    /// A SHA-256 the uploader declared in the object's metadata
+    /// (`x-amz-meta-sha256`). Never trusted as a key: compared with a
+    /// computed hash, and a mismatch is a warning.
+    pub declared_sha256: Option<String>,
 }
 
-/// Where an input hash came from.
+/// The user metadata key (`x-amz-meta-sha256`) whose value is a declared hash.
+pub const DECLARED_SHA256_METADATA: &str = "sha256";
+
+/// Where an input hash came from: `input_hash_source` in every job's log
+/// event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum FingerprintSource {
-    /// The full-object SHA-256 of the bytes: a step that reads them can check it.
-    Sha256Checksum,
-    /// Bucket, key, version and ETag.
+    /// S3's full-object SHA-256 checksum of the bytes (S3 verified it when
+    /// they were uploaded).
+    S3Checksum,
+    /// mediaonce hashed the bytes as it read them, for this job.
+    Computed,
+    /// mediaonce hashed this object version's bytes earlier and cached it.
+    Cached,
+    /// Bucket, key, version and ETag: not a hash of the bytes.
     VersionEtag,
+}
+
+impl FingerprintSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FingerprintSource::S3Checksum => "s3-checksum",
+            FingerprintSource::Computed => "computed",
+            FingerprintSource::Cached => "cached",
+            FingerprintSource::VersionEtag => "version-etag",
+        }
+    }
+
+    /// Whether the input hash is the SHA-256 of the bytes, which a step
+    /// reading them all can check.
+    pub fn is_content(self) -> bool {
+        self != FingerprintSource::VersionEtag
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,14 +83,23 @@ pub struct Fingerprint {
     pub source: FingerprintSource,
 }
 
-/// The input hash of an object version.
+/// The input hash of an object version from its head alone: S3's
+/// full-object SHA-256 when it has one, else version and ETag (the
+/// `checksum` identity).
 pub fn fingerprint(head: &ObjectHead) -> Fingerprint {
-    if let Some(hex) = full_object_sha256_hex(head) {
-        return Fingerprint {
-            input_hash: hex,
-            source: FingerprintSource::Sha256Checksum,
-        };
-    }
+    s3_checksum(head).unwrap_or_else(|| version_etag(head))
+}
+
+/// S3's full-object SHA-256 of the object, if it has one.
+pub fn s3_checksum(head: &ObjectHead) -> Option<Fingerprint> {
+    full_object_sha256_hex(head).map(|hex| Fingerprint {
+        input_hash: hex,
+        source: FingerprintSource::S3Checksum,
+    })
+}
+
+/// The fingerprint of where the bytes are and which version they are.
+pub fn version_etag(head: &ObjectHead) -> Fingerprint {
     let text = format!(
         "s3-version-etag\n{}\n{}\n{}\n{}",
         head.bucket,
@@ -158,7 +204,7 @@ mod tests {
             ..head()
         };
         let fp = fingerprint(&h);
-        assert_eq!(fp.source, FingerprintSource::Sha256Checksum);
+        assert_eq!(fp.source, FingerprintSource::S3Checksum);
         assert_eq!(
             fp.input_hash,
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"

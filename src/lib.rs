@@ -58,6 +58,7 @@ pub mod aws;
 pub mod config;
 pub mod error;
 pub mod fingerprint;
+pub mod identity;
 pub mod key;
 pub mod lease;
 pub mod ledger;

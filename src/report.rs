@@ -60,6 +60,8 @@ pub struct JobReport {
     pub reason: Option<String>,
     /// When busy: when the holder's lease ends.
     pub busy_until_ms: Option<u64>,
+    /// Where the job's input hash came from; `None` when it has none.
+    pub input_hash_source: Option<crate::fingerprint::FingerprintSource>,
 }
 
 impl JobReport {
@@ -134,6 +136,7 @@ mod tests {
             duration_ms: 0,
             reason: None,
             busy_until_ms,
+            input_hash_source: None,
         }
     }
 

@@ -11,9 +11,9 @@ use tokio::sync::OnceCell;
 
 use super::{lock, App, Invocation, JobReport, Outcome};
 use crate::config::{split_s3_location, RecipeRule};
-use crate::fingerprint::{Fingerprint, ObjectHead};
+use crate::fingerprint::Fingerprint;
 use crate::ledger::{poison_reason, Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger};
-use crate::step::{JobInput, JobOutputs, Manifest, StepContext, StepError};
+use crate::step::{JobInput, JobOutputs, Manifest, ObjectBytes, StepContext, StepError};
 
 /// Jobs seen in this batch, so that one key is claimed once.
 #[derive(Default)]
@@ -34,8 +34,9 @@ pub(super) struct JobRun<'a> {
     pub invocation: &'a Invocation,
     pub rule: &'a RecipeRule,
     pub job_key: &'a str,
-    /// The object version the key was computed from.
-    pub head: &'a ObjectHead,
+    /// The object version the key was computed from, and its bytes (read
+    /// already when hashing them keyed the job).
+    pub bytes: &'a Arc<ObjectBytes>,
     pub fingerprint: &'a Fingerprint,
 }
 
@@ -48,7 +49,7 @@ impl JobRun<'_> {
             invocation,
             rule,
             job_key,
-            head,
+            bytes,
             fingerprint,
         } = self;
         let started = Instant::now();
@@ -71,6 +72,7 @@ impl JobRun<'_> {
             duration_ms: elapsed_ms(started),
             reason,
             busy_until_ms: None,
+            input_hash_source: Some(fingerprint.source),
         };
         if let Some(reason) = app.too_late_to_start(invocation, app.start_margin(rule)) {
             return report(Outcome::Deferred, 0, Some(reason));
@@ -114,7 +116,7 @@ impl JobRun<'_> {
             let _ = app.ledger.finish_failed(&claim, &error, app.now_ms()).await;
             return report(Outcome::Failed, claim.attempt, Some(error));
         };
-        let input = JobInput::new(app.store.clone(), head.clone(), fingerprint.clone());
+        let input = JobInput::of(bytes.clone(), fingerprint.clone());
         let mut outputs = JobOutputs::new(app.store.clone(), output_bucket, prefix);
         let result = self.run_step(&input, &mut outputs).await;
         if input.was_replaced() {
@@ -125,7 +127,7 @@ impl JobRun<'_> {
                 "{} was replaced while the job read it (If-Match {} failed): not finished; \
              the new version's event runs it",
                 input.object(),
-                head.etag
+                input.head.etag
             );
             return match app.ledger.release(&claim).await {
                 // Released, or taken over meanwhile (the successor's run stands).

@@ -17,6 +17,7 @@ pub(super) fn log_job(report: &JobReport, message_id: &str, object: &ObjectRef) 
                 message_id,
                 object = %object,
                 reason = report.reason.as_deref(),
+                input_hash_source = report.input_hash_source.map(|s| s.as_str()),
                 "job"
             )
         };

@@ -5,7 +5,9 @@
 //! - [`batch`]: the batch: lanes (FIFO groups), concurrency, the deadline
 //!   cut-off, the partial batch response;
 //! - [`record`]: a message's body and its S3 records: parse, filter, head,
-//!   fingerprint, and the jobs of the matching recipes;
+//!   and the jobs of the matching recipes;
+//! - [`identify`]: a record's input hash: from the head, the hash cache, or
+//!   one read of the object that the record's jobs then share;
 //! - [`job`]: one job: claim → step → manifest → finish;
 //! - [`busy`]: handing a busy message back for when its holder is done;
 //! - [`log`]: the one log event of each job outcome.
@@ -16,6 +18,7 @@
 //! Lambda no job starts too close to the deadline, and the response is sent
 //! before it.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,6 +32,7 @@ use crate::store::ObjectStore;
 
 mod batch;
 mod busy;
+mod identify;
 mod job;
 mod log;
 mod record;
@@ -61,6 +65,8 @@ pub struct App {
     pub store: ObjectStore,
     pub queue: Queue,
     clock: Arc<dyn Clock>,
+    /// Where inputs read whole are kept as files (`/tmp` in Lambda).
+    scratch: PathBuf,
     /// The owner tokens' and the busy jitter's randomness: seedable, so that
     /// a run (a test, the chaos soak, a simulation) can be repeated.
     rng: Mutex<fastrand::Rng>,
@@ -74,6 +80,7 @@ impl App {
             store,
             queue,
             clock: Arc::new(SystemClock),
+            scratch: std::env::temp_dir(),
             rng: Mutex::new(fastrand::Rng::new()),
         }
     }
@@ -81,6 +88,13 @@ impl App {
     /// The same, reading the time from `clock`.
     pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
         self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The same, keeping input files in `dir` (default: the system's
+    /// temporary directory, `TMPDIR` if set).
+    pub fn with_scratch(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.scratch = dir.into();
         self
     }
 

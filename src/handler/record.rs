@@ -1,15 +1,16 @@
 //! A message's body and its S3 records: parse, filter by event and recipe,
-//! head the object version, fingerprint it, then one job per matching
-//! recipe (claimed once per batch).
+//! head the object version, find its input hash ([`super::identify`]), then
+//! one job per matching recipe (claimed once per batch).
 
 use std::time::Instant;
 
+use super::identify::{forget_if_disproved, identify};
 use super::job::{elapsed_ms, BatchJobs, JobRun};
 use super::log::log_job;
 use super::{App, Invocation, JobReport, MessageReport, Outcome};
 use crate::config::RecipeRule;
 use crate::event::{parse_body, EventKind, Notification, S3Record};
-use crate::fingerprint::{fingerprint, replaced_since_event, ObjectHead};
+use crate::fingerprint::{replaced_since_event, ObjectHead};
 use crate::key::job_key;
 use crate::store::ObjectRef;
 
@@ -123,8 +124,12 @@ async fn process_record(
         Some(reason) => Err((Outcome::Deferred, reason)),
         None => head_for_record(app, record, &object).await,
     };
-    let head = match head {
-        Ok(head) => head,
+    let identified = match head {
+        Ok(head) => identify(app, head, &rules).await,
+        Err(err) => Err(err),
+    };
+    let identified = match identified {
+        Ok(identified) => identified,
         // No input hash, no key: report each recipe's job without claiming it.
         Err((outcome, reason)) => {
             return rules
@@ -138,6 +143,7 @@ async fn process_record(
                         duration_ms: elapsed_ms(started),
                         reason: Some(reason.clone()),
                         busy_until_ms: None,
+                        input_hash_source: None,
                     };
                     log_job(&report, message_id, &object);
                     report
@@ -146,7 +152,7 @@ async fn process_record(
         }
     };
 
-    let fingerprint = fingerprint(&head);
+    let fingerprint = &identified.fingerprint;
     let mut reports = Vec::with_capacity(rules.len());
     for rule in rules {
         let job_key = job_key(&fingerprint.input_hash, &rule.recipe_hash);
@@ -160,8 +166,8 @@ async fn process_record(
                     invocation,
                     rule,
                     job_key: &job_key,
-                    head: &head,
-                    fingerprint: &fingerprint,
+                    bytes: &identified.bytes,
+                    fingerprint,
                 }
                 .run()
                 .await
@@ -175,6 +181,7 @@ async fn process_record(
         log_job(&report, message_id, &object);
         reports.push(report);
     }
+    forget_if_disproved(app, &identified).await;
     reports
 }
 

@@ -9,6 +9,8 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 
+use crate::identity::{attr as cache_attr, ObjectVersion};
+
 use super::{
     attr, Claim, ClaimRequest, Conditional, Finish, JobRow, JobStatus, LedgerError, LedgerTable,
 };
@@ -370,6 +372,85 @@ impl LedgerTable for DynamoDbTable {
             Err(rejected) => Ok(rejected),
         }
     }
+
+    async fn get_input_hash(&self, version: &ObjectVersion) -> Result<Option<String>, LedgerError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(&version.row_key()))
+            .send()
+            .await
+            .map_err(|e| self.service_error("GetItem", e))?;
+        Ok(output
+            .item()
+            .filter(|item| cache_row_is_of(item, version))
+            .and_then(|item| item.get(attr::INPUT_HASH)?.as_s().ok().cloned()))
+    }
+
+    async fn put_input_hash(
+        &self,
+        version: &ObjectVersion,
+        input_hash: &str,
+        now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(cache_row(version, input_hash, now_ms)))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.service_error("PutItem", e))
+    }
+
+    async fn forget_input_hash(&self, version: &ObjectVersion) -> Result<(), LedgerError> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(&version.row_key()))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.service_error("DeleteItem", e))
+    }
+}
+
+/// A hash cache row: the version in full (so that a read can check it is
+/// the one asked for) and its hash.
+fn cache_row(version: &ObjectVersion, input_hash: &str, now_ms: u64) -> Item {
+    let mut item: Item = [
+        (attr::JOB_KEY, s(&version.row_key())),
+        (attr::INPUT_HASH, s(input_hash)),
+        (cache_attr::BUCKET, s(&version.bucket)),
+        (cache_attr::OBJECT_KEY, s(&version.key)),
+        (
+            cache_attr::VERSION_ID,
+            s(version.version_id.as_deref().unwrap_or("null")),
+        ),
+        (cache_attr::ETAG, s(&version.etag)),
+        (cache_attr::SIZE, n(version.size)),
+        (cache_attr::COMPUTED_AT_MS, n(now_ms)),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_string(), value))
+    .collect();
+    if let Some(crc) = &version.crc64nvme {
+        item.insert(cache_attr::CRC64NVME.to_string(), s(crc));
+    }
+    item
+}
+
+/// Whether a cache row names exactly `version`.
+fn cache_row_is_of(item: &Item, version: &ObjectVersion) -> bool {
+    let mut expected = cache_row(version, "", 0);
+    for ignored in [attr::INPUT_HASH, cache_attr::COMPUTED_AT_MS] {
+        expected.remove(ignored);
+    }
+    expected
+        .iter()
+        .all(|(name, value)| item.get(name) == Some(value))
+        && (version.crc64nvme.is_some() || !item.contains_key(cache_attr::CRC64NVME))
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::{Claim, ClaimRequest, Conditional, Finish, JobRow, LedgerError, LedgerTable};
 use crate::faults::{Call, FaultPlan};
+use crate::identity::ObjectVersion;
 
 #[derive(Debug, Clone)]
 pub struct FaultyTable {
@@ -81,5 +82,24 @@ impl LedgerTable for FaultyTable {
     ) -> Result<Conditional<JobRow>, LedgerError> {
         self.check(Call::ResetAttempts, "UpdateItem", job_key)?;
         self.inner.reset_attempts(job_key, now_ms).await
+    }
+
+    async fn get_input_hash(&self, version: &ObjectVersion) -> Result<Option<String>, LedgerError> {
+        self.check(Call::GetInputHash, "GetItem", &version.key)?;
+        self.inner.get_input_hash(version).await
+    }
+
+    async fn put_input_hash(
+        &self,
+        version: &ObjectVersion,
+        input_hash: &str,
+        now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        self.check(Call::PutInputHash, "PutItem", &version.key)?;
+        self.inner.put_input_hash(version, input_hash, now_ms).await
+    }
+
+    async fn forget_input_hash(&self, version: &ObjectVersion) -> Result<(), LedgerError> {
+        self.inner.forget_input_hash(version).await
     }
 }

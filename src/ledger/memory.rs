@@ -8,11 +8,14 @@ use std::sync::Mutex;
 use super::{
     Claim, ClaimRequest, Conditional, Finish, JobRow, JobStatus, LedgerError, LedgerTable,
 };
+use crate::identity::ObjectVersion;
 
 #[derive(Debug, Default)]
 pub struct InMemoryTable {
     name: String,
     rows: Mutex<HashMap<String, JobRow>>,
+    /// Hash cache rows: the version and its hash, by row key.
+    hashes: Mutex<HashMap<String, (ObjectVersion, String)>>,
 }
 
 impl InMemoryTable {
@@ -20,11 +23,16 @@ impl InMemoryTable {
         InMemoryTable {
             name: name.into(),
             rows: Mutex::default(),
+            hashes: Mutex::default(),
         }
     }
 
     fn rows(&self) -> std::sync::MutexGuard<'_, HashMap<String, JobRow>> {
         self.rows.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn hashes(&self) -> std::sync::MutexGuard<'_, HashMap<String, (ObjectVersion, String)>> {
+        self.hashes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Writes a row unconditionally (seeding a test).
@@ -134,5 +142,29 @@ impl LedgerTable for InMemoryTable {
         row.permanent = false;
         row.updated_at_ms = now_ms;
         Ok(Conditional::Applied(was))
+    }
+
+    async fn get_input_hash(&self, version: &ObjectVersion) -> Result<Option<String>, LedgerError> {
+        Ok(self
+            .hashes()
+            .get(&version.row_key())
+            .filter(|(stored, _)| stored == version)
+            .map(|(_, hash)| hash.clone()))
+    }
+
+    async fn put_input_hash(
+        &self,
+        version: &ObjectVersion,
+        input_hash: &str,
+        _now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        self.hashes()
+            .insert(version.row_key(), (version.clone(), input_hash.to_string()));
+        Ok(())
+    }
+
+    async fn forget_input_hash(&self, version: &ObjectVersion) -> Result<(), LedgerError> {
+        self.hashes().remove(&version.row_key());
+        Ok(())
     }
 }

@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use crate::identity::ObjectVersion;
 use crate::lease::is_live;
 
 pub mod dynamodb;
@@ -292,6 +293,24 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
         job_key: &str,
         now_ms: u64,
     ) -> Result<Conditional<JobRow>, LedgerError>;
+
+    /// GetItem of an object version's hash cache row (an eventually
+    /// consistent read: a miss only costs a read of the object): the SHA-256
+    /// mediaonce computed from its bytes, if any.
+    async fn get_input_hash(&self, version: &ObjectVersion) -> Result<Option<String>, LedgerError>;
+
+    /// PutItem of an object version's hash cache row, unconditional: the
+    /// same version's bytes always hash the same.
+    async fn put_input_hash(
+        &self,
+        version: &ObjectVersion,
+        input_hash: &str,
+        now_ms: u64,
+    ) -> Result<(), LedgerError>;
+
+    /// DeleteItem of an object version's hash cache row (its bytes were
+    /// found to hash otherwise).
+    async fn forget_input_hash(&self, version: &ObjectVersion) -> Result<(), LedgerError>;
 }
 
 /// The claim ledger: the claim algorithm over a [`LedgerTable`].
@@ -336,6 +355,30 @@ impl Ledger {
     /// Reads a row with a consistent read.
     pub async fn get(&self, job_key: &str) -> Result<Option<JobRow>, LedgerError> {
         self.table.get(job_key).await
+    }
+
+    /// The SHA-256 mediaonce computed from an object version's bytes, if it
+    /// has (the hash cache shares the claim table; see [`crate::identity`]).
+    pub async fn cached_input_hash(
+        &self,
+        version: &ObjectVersion,
+    ) -> Result<Option<String>, LedgerError> {
+        self.table.get_input_hash(version).await
+    }
+
+    /// Remembers the SHA-256 computed from an object version's bytes.
+    pub async fn cache_input_hash(
+        &self,
+        version: &ObjectVersion,
+        input_hash: &str,
+        now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        self.table.put_input_hash(version, input_hash, now_ms).await
+    }
+
+    /// Forgets an object version's cached hash.
+    pub async fn forget_input_hash(&self, version: &ObjectVersion) -> Result<(), LedgerError> {
+        self.table.forget_input_hash(version).await
     }
 
     /// Claims a job: one put for a new key; for an existing one, the row
@@ -694,6 +737,23 @@ mod tests {
             now_ms: u64,
         ) -> Result<Conditional<JobRow>, LedgerError> {
             self.inner.reset_attempts(job_key, now_ms).await
+        }
+        async fn get_input_hash(
+            &self,
+            version: &ObjectVersion,
+        ) -> Result<Option<String>, LedgerError> {
+            self.inner.get_input_hash(version).await
+        }
+        async fn put_input_hash(
+            &self,
+            version: &ObjectVersion,
+            input_hash: &str,
+            now_ms: u64,
+        ) -> Result<(), LedgerError> {
+            self.inner.put_input_hash(version, input_hash, now_ms).await
+        }
+        async fn forget_input_hash(&self, version: &ObjectVersion) -> Result<(), LedgerError> {
+            self.inner.forget_input_hash(version).await
         }
     }
 

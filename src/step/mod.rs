@@ -17,9 +17,13 @@ use serde_json::{Map, Value};
 use crate::key::Recipe;
 
 mod input;
+mod local;
 mod outputs;
+pub mod scratch;
 
 pub use input::JobInput;
+pub use local::Keep;
+pub(crate) use local::ObjectBytes;
 pub use outputs::{content_type, JobOutputs, Manifest, OutputFile, MANIFEST_NAME};
 
 /// Why a step failed. The message is stored in the job row.
@@ -30,8 +34,15 @@ pub enum StepError {
     InvalidParams { step: String, problem: String },
     #[error("reading the input failed: {0}")]
     Input(String),
-    #[error("integrity error: the object's bytes hash to {actual}, but S3's SHA-256 checksum says {expected}")]
-    Integrity { expected: String, actual: String },
+    /// The bytes read are not those the job is keyed on (S3's checksum or
+    /// a cached hash disagrees with them).
+    #[error("integrity error: the object's bytes hash to {actual}, but the job is keyed on {expected} ({keyed_by})")]
+    Integrity {
+        expected: String,
+        actual: String,
+        /// Where the expected hash came from: `s3-checksum`, `cached`...
+        keyed_by: &'static str,
+    },
     #[error("writing output {name} failed: {message}")]
     Output { name: String, message: String },
     /// The input can never be processed (undecodable, truncated, a pixel
@@ -67,6 +78,34 @@ pub struct StepContext<'a> {
     pub clock: &'a dyn crate::lease::Clock,
 }
 
+/// How a step reads its input: what lets the handler read it once, hash it
+/// as it goes, and hand the same bytes to the step (see
+/// [`crate::identity`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputUse {
+    /// A few ranged reads ([`JobInput::read_range`]): reading every byte to
+    /// hash it would cost more than the job.
+    Ranges,
+    /// Every byte once, in order, keeping none ([`JobInput::sha256`]).
+    Stream,
+    /// Every byte, held in memory ([`JobInput::bytes`]), for inputs up to
+    /// `max_bytes`; a larger one the step refuses without reading it.
+    Memory { max_bytes: u64 },
+    /// Every byte, from a local file ([`JobInput::spool_to`]).
+    File,
+}
+
+impl InputUse {
+    /// Whether a run over an input of `size` bytes reads all of them.
+    pub fn reads_whole(self, size: u64) -> bool {
+        match self {
+            InputUse::Ranges => false,
+            InputUse::Memory { max_bytes } => size <= max_bytes,
+            InputUse::Stream | InputUse::File => true,
+        }
+    }
+}
+
 /// A unit of work a recipe can name.
 #[async_trait::async_trait]
 pub trait Step: Send + Sync + 'static {
@@ -86,6 +125,13 @@ pub trait Step: Send + Sync + 'static {
         Duration::ZERO
     }
 
+    /// How a run with these params reads its input. A step that reads
+    /// every byte anyway says so, and `auto` identity keys its jobs by a
+    /// hash of the content computed on that same read.
+    fn input_use(&self, _params: &Self::Params) -> InputUse {
+        InputUse::Ranges
+    }
+
     /// Runs the step, writing its outputs. The manifest is written after.
     async fn run(
         &self,
@@ -103,6 +149,9 @@ pub trait BoundStep: Send + Sync {
 
     /// [`Step::time_needed`] for these params.
     fn time_needed(&self) -> Duration;
+
+    /// [`Step::input_use`] for these params.
+    fn input_use(&self) -> InputUse;
 
     /// [`Step::run`] with these params.
     async fn run(
@@ -148,6 +197,10 @@ impl<S: Step> BoundStep for Bound<S> {
 
     fn time_needed(&self) -> Duration {
         self.step.time_needed(&self.params)
+    }
+
+    fn input_use(&self) -> InputUse {
+        self.step.input_use(&self.params)
     }
 
     async fn run(

@@ -23,7 +23,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 use super::movie_error;
 use crate::bmff;
-use crate::step::{content_type, JobOutputs, Step, StepContext, StepError};
+use crate::step::{content_type, InputUse, JobOutputs, Step, StepContext, StepError};
 
 /// The ffmpeg binary; default `ffmpeg` on PATH (`/opt/bin/ffmpeg` from a
 /// Lambda layer).
@@ -402,37 +402,7 @@ impl Progress {
     }
 }
 
-/// Whether an input of `input_bytes` fits with `free_bytes` free and
-/// `reserve` to spare. Pure.
-pub fn check_fits(
-    input_bytes: u64,
-    free_bytes: u64,
-    reserve: u64,
-    dir: &Path,
-) -> Result<(), StepError> {
-    let needed = input_bytes.saturating_add(reserve);
-    if needed > free_bytes {
-        return Err(StepError::Failed(format!(
-            "the input ({input_bytes} bytes) does not fit in {}: {free_bytes} bytes free, \
-             {needed} needed with the outputs' reserve (raise the function's ephemeral storage)",
-            dir.display()
-        )));
-    }
-    Ok(())
-}
-
-/// Free bytes for an unprivileged writer in the file system holding `dir`.
-pub fn free_bytes(dir: &Path) -> std::io::Result<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a statvfs the call fills.
-    if unsafe { libc::statvfs(path.as_ptr(), &mut stats) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(stats.f_bavail as u64 * stats.f_frsize as u64)
-}
+pub use crate::step::scratch::{check_fits, free_bytes};
 
 /// The step. `ffmpeg` is run for each job; `scratch` holds its files, and
 /// must have the input's size plus `scratch_reserve` free.
@@ -484,6 +454,10 @@ impl Step for HlsPackage {
         HlsParams::from_params(params)
     }
 
+    fn input_use(&self, _params: &HlsParams) -> InputUse {
+        InputUse::File
+    }
+
     fn time_needed(&self, params: &HlsParams) -> Duration {
         Duration::from_secs(params.min_seconds) + STOP_BEFORE_DEADLINE
     }
@@ -495,10 +469,15 @@ impl Step for HlsPackage {
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
         let input = context.input;
-        let free = free_bytes(&self.scratch).map_err(|e| {
-            StepError::Failed(format!("free space of {}: {e}", self.scratch.display()))
-        })?;
-        check_fits(input.head.size, free, self.scratch_reserve, &self.scratch)?;
+        // An input the handler already holds in a scratch file is linked,
+        // not copied: only the outputs need room then.
+        let spooled = if input.is_in_file() {
+            0
+        } else {
+            input.head.size
+        };
+        crate::step::scratch::ensure_room(&self.scratch, spooled, self.scratch_reserve)
+            .map_err(StepError::Failed)?;
 
         // Named by the job: a crashed attempt's leftovers are replaced.
         let dir = self.scratch.join(format!("mediaonce-{}", context.job_key));

@@ -4,16 +4,18 @@
 //! ([`crate::bmff`]): the brand, duration and every track from `moov`,
 //! wherever it sits, never the media data. Writes `probe.json`.
 //!
-//! The SHA-256 in the report is S3's full-object checksum when the upload
-//! carried one. With `{"verify": true}` probe streams the whole object once
-//! instead, reports the hash of the bytes it read, and fails with an
-//! integrity error when they differ from S3's checksum.
+//! The SHA-256 in the report is the job's input hash when that is a hash of
+//! the content (S3's full-object checksum, or one mediaonce computed). With
+//! `{"verify": true}` probe hashes every byte (the read that keys the job,
+//! when the identity is `auto` or `content`: not a second one), reports
+//! that, and fails with an integrity error when it differs from the
+//! content hash the job is keyed on.
 
 use serde::Serialize;
 
 use crate::bmff::{self, MovieInfo};
-use crate::fingerprint::{ContentHasher, Fingerprint, FingerprintSource, ObjectHead};
-use crate::step::{JobInput, JobOutputs, Step, StepContext, StepError};
+use crate::fingerprint::{FingerprintSource, ObjectHead};
+use crate::step::{InputUse, JobInput, JobOutputs, Step, StepContext, StepError};
 /// How much of the object's start is read for sniffing: JPEG dimensions sit
 /// after the EXIF block, which may be up to 64 KiB, and then some; a
 /// faststart MP4's `moov` often fits too.
@@ -31,7 +33,7 @@ pub struct ProbeReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub sha256_source: Option<Sha256Source>,
+    pub sha256_source: Option<FingerprintSource>,
     pub content_type: String,
     /// An image's size, or a movie's first video track's.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -47,7 +49,7 @@ impl ProbeReport {
     fn new(
         head: &ObjectHead,
         sha256: Option<String>,
-        sha256_source: Option<Sha256Source>,
+        sha256_source: Option<FingerprintSource>,
         sniffed: Sniffed,
         movie: Option<MovieInfo>,
     ) -> Self {
@@ -91,38 +93,6 @@ pub fn sniff(start: &[u8]) -> Sniffed {
     }
 }
 
-/// The hash of a stream, for `verify`. Pure: fed chunks, it keeps the
-/// running SHA-256 and the size.
-#[derive(Default)]
-pub struct ProbeReader {
-    hasher: ContentHasher,
-}
-
-impl ProbeReader {
-    pub fn feed(&mut self, chunk: &[u8]) {
-        self.hasher.update(chunk);
-    }
-
-    /// The SHA-256 of the bytes fed, or an integrity error when the input
-    /// hash is S3's SHA-256 of the bytes and they hash to something else.
-    pub fn verify(self, fingerprint: &Fingerprint) -> Result<String, StepError> {
-        let sha256 = self.hasher.finish();
-        if fingerprint.source == FingerprintSource::Sha256Checksum
-            && sha256 != fingerprint.input_hash
-        {
-            return Err(StepError::Integrity {
-                expected: fingerprint.input_hash.clone(),
-                actual: sha256,
-            });
-        }
-        Ok(sha256)
-    }
-
-    pub fn size(&self) -> u64 {
-        self.hasher.size()
-    }
-}
-
 /// Probe's params.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -141,16 +111,6 @@ impl ProbeParams {
     }
 }
 
-/// Where the report's `sha256` came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Sha256Source {
-    /// S3's full-object `x-amz-checksum-sha256`, not recomputed.
-    S3Checksum,
-    /// Computed from every byte (`verify`), and equal to S3's if it had one.
-    Computed,
-}
-
 #[async_trait::async_trait]
 impl Step for Probe {
     fn name(&self) -> &'static str {
@@ -164,6 +124,14 @@ impl Step for Probe {
         params: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<ProbeParams, String> {
         ProbeParams::from_params(params)
+    }
+
+    fn input_use(&self, params: &ProbeParams) -> InputUse {
+        if params.verify {
+            InputUse::Stream
+        } else {
+            InputUse::Ranges
+        }
     }
 
     async fn run(
@@ -207,23 +175,14 @@ pub async fn probe(input: &JobInput, params: ProbeParams) -> Result<ProbeReport,
         None
     };
     let (sha256, sha256_source) = if params.verify {
-        let mut body = input.stream().await?;
-        let mut reader = ProbeReader::default();
-        while let Some(chunk) = body.next().await {
-            reader.feed(&chunk.map_err(|e| StepError::Input(e.to_string()))?);
-        }
-        if reader.size() != size {
-            return Err(StepError::Input(format!(
-                "read {} bytes, but HeadObject said {size}",
-                reader.size()
-            )));
-        }
-        let computed = reader.verify(&input.fingerprint)?;
-        (Some(computed), Some(Sha256Source::Computed))
-    } else if input.fingerprint.source == FingerprintSource::Sha256Checksum {
+        (
+            Some(input.sha256().await?),
+            Some(FingerprintSource::Computed),
+        )
+    } else if input.fingerprint.source.is_content() {
         (
             Some(input.fingerprint.input_hash.clone()),
-            Some(Sha256Source::S3Checksum),
+            Some(input.fingerprint.source),
         )
     } else {
         (None, None)
@@ -248,47 +207,6 @@ mod tests {
         bytes.extend_from_slice(&height.to_be_bytes());
         bytes.extend_from_slice(&[8, 6, 0, 0, 0, 0, 0, 0, 0]);
         bytes
-    }
-
-    fn fingerprint_of(bytes: &[u8], source: FingerprintSource) -> Fingerprint {
-        Fingerprint {
-            input_hash: crate::key::sha256_hex(bytes),
-            source,
-        }
-    }
-
-    #[test]
-    fn the_reader_hashes_what_streamed_past_in_chunks() {
-        let bytes = png(640, 480);
-        let mut reader = ProbeReader::default();
-        for chunk in bytes.chunks(3) {
-            reader.feed(chunk);
-        }
-        assert_eq!(reader.size(), bytes.len() as u64);
-        let sha256 = reader
-            .verify(&fingerprint_of(&bytes, FingerprintSource::Sha256Checksum))
-            .unwrap();
-        assert_eq!(sha256, crate::key::sha256_hex(&bytes));
-    }
-
-    #[test]
-    fn bytes_that_differ_from_the_sha256_checksum_are_an_integrity_error() {
-        let mut reader = ProbeReader::default();
-        reader.feed(b"what S3 gave us");
-        let err = reader
-            .verify(&fingerprint_of(
-                b"what S3 promised",
-                FingerprintSource::Sha256Checksum,
-            ))
-            .unwrap_err();
-        assert!(matches!(err, StepError::Integrity { .. }), "{err}");
-        assert!(err.to_string().starts_with("integrity error"));
-        // A version/ETag fingerprint is not a hash of the bytes: nothing to compare.
-        let mut reader = ProbeReader::default();
-        reader.feed(b"what S3 gave us");
-        assert!(reader
-            .verify(&fingerprint_of(b"other", FingerprintSource::VersionEtag))
-            .is_ok());
     }
 
     #[test]

@@ -28,7 +28,7 @@ use image::metadata::Orientation;
 use image::{DynamicImage, ImageDecoder, ImageReader};
 use serde_json::{Map, Value};
 
-use crate::step::{JobOutputs, Step, StepContext, StepError};
+use crate::step::{InputUse, JobOutputs, Step, StepContext, StepError};
 
 /// Images declaring more pixels than this are refused before decoding.
 pub const ENV_MAX_PIXELS: &str = "MEDIAONCE_MAX_PIXELS";
@@ -513,6 +513,12 @@ impl Step for Thumbnail {
         ThumbnailParams::parse(params)
     }
 
+    fn input_use(&self, _params: &ThumbnailParams) -> InputUse {
+        InputUse::Memory {
+            max_bytes: MAX_INPUT_BYTES,
+        }
+    }
+
     async fn run(
         &self,
         params: &ThumbnailParams,
@@ -527,7 +533,7 @@ impl Step for Thumbnail {
                 input.head.size
             )));
         }
-        let bytes = input.read_all().await?;
+        let bytes = input.bytes().await?;
         let (max_pixels, format) = (self.max_pixels, params.format);
         // Decoding and resizing are CPU work: off the async runtime's threads.
         let rendered =

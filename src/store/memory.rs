@@ -159,6 +159,7 @@ impl ObjectClient for Arc<InMemoryObjects> {
             }),
             checksum_type: stored.with_sha256.then(|| "FULL_OBJECT".to_string()),
             content_type: Some(stored.content_type.clone()),
+            ..Default::default()
         }))
     }
 

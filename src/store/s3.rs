@@ -108,6 +108,11 @@ impl ObjectClient for S3Objects {
             checksum_sha256: output.checksum_sha256().map(str::to_string),
             checksum_type: output.checksum_type().map(|t| t.as_str().to_string()),
             content_type: output.content_type().map(str::to_string),
+            checksum_crc64nvme: output.checksum_crc64_nvme().map(str::to_string),
+            declared_sha256: output
+                .metadata()
+                .and_then(|m| m.get(crate::fingerprint::DECLARED_SHA256_METADATA))
+                .cloned(),
         }))
     }
 
