@@ -9,6 +9,7 @@ mod common;
 
 use aws_sdk_s3::primitives::ByteStream;
 use mediaonce::error::ErrorKind;
+use mediaonce::identity::ObjectVersion;
 use mediaonce::ledger::dynamodb::DynamoDbTable;
 use mediaonce::ledger::memory::InMemoryTable;
 use mediaonce::ledger::{Claim, ClaimRequest, Conditional, Finish, JobRow, JobStatus, LedgerTable};
@@ -235,6 +236,82 @@ async fn ledger_contract(table: impl LedgerTable) {
         table.release(&claim("d", "a/1")).await.unwrap(),
         Conditional::Rejected(Some(_))
     ));
+
+    hash_cache_contract(&table).await;
+}
+
+/// The hash cache rows that share the table: one per object version, a
+/// read of another version (any field changed) misses, a put replaces,
+/// a delete forgets; job rows are untouched.
+async fn hash_cache_contract(table: &impl LedgerTable) {
+    let version = ObjectVersion {
+        bucket: "in".into(),
+        key: "photos/a b.jpg".into(),
+        version_id: None,
+        etag: "d41d8cd98f00b204e9800998ecf8427e".into(),
+        size: 10,
+        crc64nvme: None,
+    };
+    let hash = "c".repeat(64);
+    assert_eq!(table.get_input_hash(&version).await.unwrap(), None);
+    table.put_input_hash(&version, &hash, 5).await.unwrap();
+    assert_eq!(
+        table.get_input_hash(&version).await.unwrap(),
+        Some(hash.clone())
+    );
+    for other in [
+        ObjectVersion {
+            etag: "0cc175b9c0f1b6a831c399e269772661".into(),
+            ..version.clone()
+        },
+        ObjectVersion {
+            version_id: Some("v2".into()),
+            ..version.clone()
+        },
+        ObjectVersion {
+            crc64nvme: Some("AAAAAAAAAAA=".into()),
+            ..version.clone()
+        },
+        ObjectVersion {
+            key: "photos/a+b.jpg".into(),
+            ..version.clone()
+        },
+    ] {
+        assert_eq!(
+            table.get_input_hash(&other).await.unwrap(),
+            None,
+            "{other:?}"
+        );
+    }
+    let with_crc = ObjectVersion {
+        crc64nvme: Some("AAAAAAAAAAA=".into()),
+        ..version.clone()
+    };
+    table
+        .put_input_hash(&with_crc, &"d".repeat(64), 6)
+        .await
+        .unwrap();
+    assert_eq!(
+        table.get_input_hash(&with_crc).await.unwrap(),
+        Some("d".repeat(64))
+    );
+    assert_eq!(table.get_input_hash(&version).await.unwrap(), Some(hash));
+    table
+        .put_input_hash(&version, &"e".repeat(64), 7)
+        .await
+        .unwrap();
+    assert_eq!(
+        table.get_input_hash(&version).await.unwrap(),
+        Some("e".repeat(64))
+    );
+    table.forget_input_hash(&version).await.unwrap();
+    assert_eq!(table.get_input_hash(&version).await.unwrap(), None);
+    table.forget_input_hash(&version).await.unwrap();
+    // A cache row is not a job row.
+    assert_eq!(
+        table.get("d").await.unwrap().map(|r| r.status),
+        Some(JobStatus::Done)
+    );
 }
 
 #[tokio::test]

@@ -10,9 +10,12 @@ use std::path::PathBuf;
 use common::media::{av_clip, clip, ffmpeg, upright_phone_clip};
 use common::ts::read_segment;
 use common::{Options, Pipeline};
-use mediaonce::fingerprint::fingerprint;
+use std::sync::atomic::Ordering;
+
+use mediaonce::fingerprint::{fingerprint, FingerprintSource};
 use mediaonce::handler::{JobReport, Outcome};
 use mediaonce::key::Recipe;
+use mediaonce::key::{job_key, sha256_hex};
 use mediaonce::step::{JobInput, JobOutputs, Manifest, Step, StepContext, StepError};
 use mediaonce::steps::hls::{HlsPackage, SCRATCH_RESERVE_BYTES, STOP_BEFORE_DEADLINE};
 use mediaonce::store::memory::InMemoryObjects;
@@ -104,6 +107,35 @@ async fn package(p: &Pipeline, key: &str, bytes: &[u8]) -> JobReport {
     let report = p.handle(p.receive(1).await).await;
     let job = report.jobs().next().unwrap().clone();
     job
+}
+
+/// An upload without a SHA-256 checksum is keyed by content in `auto`
+/// identity, and the read that hashes it is the one ffmpeg's input comes
+/// from: one GetObject in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchecksummed_movie_is_read_once_to_key_and_package() {
+    let p = Pipeline::new(Options {
+        recipes: Some(
+            r#"[{"step":"hls-package","version":1,"params":{"ladder":[240],"segment":2,"preset":"ultrafast","min_seconds":5}}]"#
+                .into(),
+        ),
+        separate_output_bucket: true,
+        ..Options::default()
+    })
+    .await;
+    let bytes = std::fs::read(av_clip("hls-5s.mp4", "640x360", 25, 5, &[])).unwrap();
+    p.put("clips/plain.mp4", &bytes, false).await;
+    let report = p.handle(p.receive(1).await).await;
+    let job = report.jobs().next().unwrap().clone();
+    assert_eq!(
+        (job.outcome, job.input_hash_source),
+        (Outcome::Ran, Some(FingerprintSource::Computed)),
+        "{job:?}"
+    );
+    let recipe_hash = &p.app.config.recipes[0].recipe_hash;
+    assert_eq!(job.job_key, job_key(&sha256_hex(&bytes), recipe_hash));
+    assert_eq!(p.reads.whole.load(Ordering::SeqCst), 1);
+    assert_eq!(p.reads.ranged.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,6 +4,7 @@
 mod common;
 
 use common::{failed_ids, handle_with, Options, Pipeline};
+use mediaonce::config::ENV_IDENTITY;
 use mediaonce::handler::Outcome;
 use mediaonce::key::{job_key, sha256_hex};
 use mediaonce::ledger::JobStatus;
@@ -279,9 +280,11 @@ async fn a_key_with_spaces_and_plus_is_decoded() {
 }
 
 #[tokio::test]
-async fn without_a_sha256_checksum_the_key_comes_from_version_and_etag() {
+async fn checksum_identity_without_a_sha256_checksum_keys_by_version_and_etag() {
     let p = Pipeline::new(Options {
         versioned: true,
+        // `auto` would key these by content: probe's verify reads every byte.
+        vars: vec![(ENV_IDENTITY, "checksum".into())],
         // verify: probe hashes the bytes it read, so the report shows which.
         recipes: Some(r#"[{"step":"probe","version":1,"params":{"verify":true}}]"#.into()),
         ..Options::default()

@@ -385,3 +385,104 @@ async fn a_replaced_object_is_skipped_and_our_outputs_are_ignored() {
     assert!(report.response().batch_item_failures.is_empty());
     assert!(f.objects.keys("in", "derived/").is_empty());
 }
+
+/// A small PNG the thumbnail step decodes.
+fn png(seed: u8) -> Vec<u8> {
+    let image = image::RgbImage::from_fn(24, 16, |x, y| {
+        image::Rgb([seed, (x * 9) as u8, (y * 13) as u8])
+    });
+    let mut out = std::io::Cursor::new(Vec::new());
+    image.write_to(&mut out, image::ImageFormat::Png).unwrap();
+    out.into_inner()
+}
+
+const THUMBNAIL: &str = r#"[{"step":"thumbnail","version":1,"params":{"widths":[8]}}]"#;
+
+#[tokio::test]
+async fn a_cached_hash_the_bytes_disprove_fails_its_job_and_is_forgotten() {
+    use crate::fingerprint::FingerprintSource;
+    use crate::identity::ObjectVersion;
+    let f = fixture_with(Some(THUMBNAIL));
+    let bytes = png(1);
+    let etag = f.objects.insert("in", "a.png", &bytes, false);
+    let head = f
+        .app
+        .store
+        .head(&crate::store::ObjectRef {
+            bucket: "in".into(),
+            key: "a.png".into(),
+            version_id: None,
+            if_match: None,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    // A wrong hash under this exact version (what an MD5-colliding
+    // overwrite of an unversioned key would leave behind).
+    let version = ObjectVersion::of(&head);
+    let wrong = "ab".repeat(32);
+    f.app.ledger.cache_input_hash(&version, &wrong, 0).await.unwrap();
+
+    let report = handle(&f.app, vec![message("1", "a.png", &etag)]).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!(job.input_hash_source, Some(FingerprintSource::Cached));
+    assert_eq!(job.outcome, Outcome::Failed, "{report:?}");
+    assert!(
+        job.reason.as_deref().unwrap().contains("integrity error"),
+        "{job:?}"
+    );
+    // Nothing was written under the wrong key; the entry is gone.
+    assert!(f.objects.keys("in", &format!("derived/{}", job.job_key)).is_empty());
+    assert_eq!(f.app.ledger.cached_input_hash(&version).await.unwrap(), None);
+
+    let report = handle(&f.app, vec![message("2", "a.png", &etag)]).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!(
+        (job.outcome, job.input_hash_source),
+        (Outcome::Ran, Some(FingerprintSource::Computed)),
+        "{report:?}"
+    );
+    let recipe_hash = &f.app.config.recipes[0].recipe_hash;
+    assert_eq!(job.job_key, job_key(&sha256_hex(&bytes), recipe_hash));
+    assert_eq!(
+        f.app.ledger.cached_input_hash(&version).await.unwrap(),
+        Some(sha256_hex(&bytes))
+    );
+}
+
+#[tokio::test]
+async fn a_failing_hash_cache_costs_a_read_not_a_job() {
+    use crate::faults::{Call, FaultPlan};
+    use crate::fingerprint::FingerprintSource;
+    use crate::ledger::faults::FaultyTable;
+    let plan = Arc::new(FaultPlan::new());
+    plan.fail(Call::GetInputHash, 2, "ThrottlingException");
+    plan.fail(Call::PutInputHash, 1, "ThrottlingException");
+    let base = fixture_with(Some(THUMBNAIL));
+    let objects = base.objects.clone();
+    let app = Arc::new(App::new(
+        base.app.config.clone(),
+        Ledger::new(FaultyTable::new(InMemoryTable::new("jobs"), plan.clone())),
+        ObjectStore::new(objects.clone()),
+        Queue::new(Arc::new(RecordingQueue::default())),
+    ));
+    let bytes = png(2);
+    let etag = objects.insert("in", "b.png", &bytes, false);
+    let report = handle(&app, vec![message("1", "b.png", &etag)]).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!(
+        (job.outcome, job.input_hash_source),
+        (Outcome::Ran, Some(FingerprintSource::Computed)),
+        "{report:?}"
+    );
+    // Not cached (the put failed), so read and hashed again: the same key.
+    let again = handle(&app, vec![message("2", "b.png", &etag)]).await;
+    let second = again.jobs().next().unwrap();
+    assert_eq!(
+        (second.outcome, second.input_hash_source),
+        (Outcome::Reused, Some(FingerprintSource::Computed)),
+        "{again:?}"
+    );
+    assert_eq!(second.job_key, job.job_key);
+    assert_eq!(plan.injected(), 3);
+}
