@@ -65,6 +65,7 @@ pub mod ledger;
 pub mod queue;
 pub mod steps;
 pub mod store;
+pub mod upload;
 
 internal!(bmff, event, fifo, handler, report, runtime, step);
 

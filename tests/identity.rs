@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use aws_lambda_events::event::sqs::SqsMessage;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
+use common::media::noise_png;
 use common::{Options, Pipeline};
 use mediaonce::config::ENV_IDENTITY;
 use mediaonce::fingerprint::FingerprintSource;
@@ -21,19 +22,6 @@ const PROBE: &str = r#"[{"step":"probe","version":1,"params":{}}]"#;
 
 /// S3's smallest part but the last.
 const MIN_PART: usize = 5 * 1024 * 1024;
-
-/// A PNG of noise (incompressible): `width × height × 3` bytes and a little.
-fn noise_png(width: u32, height: u32, seed: u64) -> Vec<u8> {
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let image = image::RgbImage::from_fn(width, height, |_, _| {
-        image::Rgb([rng.u8(..), rng.u8(..), rng.u8(..)])
-    });
-    let mut out = std::io::Cursor::new(Vec::new());
-    image
-        .write_to(&mut out, image::ImageFormat::Png)
-        .expect("encode png");
-    out.into_inner()
-}
 
 fn small_png(seed: u64) -> Vec<u8> {
     noise_png(40, 30, seed)

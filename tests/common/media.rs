@@ -101,3 +101,16 @@ pub fn upright_phone_clip() -> PathBuf {
         &["-display_rotation:v:0", "-90", "-i", &source, "-c", "copy"],
     )
 }
+
+/// A PNG of noise (incompressible): `width × height × 3` bytes and a little.
+pub fn noise_png(width: u32, height: u32, seed: u64) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let image = image::RgbImage::from_fn(width, height, |_, _| {
+        image::Rgb([rng.u8(..), rng.u8(..), rng.u8(..)])
+    });
+    let mut out = std::io::Cursor::new(Vec::new());
+    image
+        .write_to(&mut out, image::ImageFormat::Png)
+        .expect("encode png");
+    out.into_inner()
+}

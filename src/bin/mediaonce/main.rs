@@ -1,4 +1,7 @@
-//! The mediaonce command line: job keys, and the handler run locally.
+//! The mediaonce command line: job keys, the handler run locally, job rows,
+//! and uploads keyed by content.
+
+mod progress;
 
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -12,6 +15,7 @@ use mediaonce::key::{check_input_hash, job_key, Recipe};
 use mediaonce::lease::{Clock, SystemClock};
 use mediaonce::ledger::Ledger;
 use mediaonce::steps::StepRegistry;
+use mediaonce::upload::{UploadOptions, DEFAULT_PART_SIZE, MIN_PART_SIZE, SINGLE_PUT_MAX};
 use mediaonce::{handle_batch, App, Invocation};
 
 #[derive(Parser)]
@@ -50,6 +54,26 @@ enum Command {
         /// The job key.
         job_key: String,
     },
+    /// Upload a file so that its jobs are keyed by its content: one PUT
+    /// carrying its SHA-256 (which S3 verifies and keeps) up to 5 GiB, else
+    /// a multipart upload (a worker then hashes it once). Prints the input
+    /// hash and the version id; progress goes to stderr.
+    Upload {
+        /// The file to upload.
+        file: PathBuf,
+        /// Where to: s3://bucket/key.
+        destination: String,
+        /// Files larger than this many bytes go up in parts (at most, and
+        /// by default, 5 GiB: S3's largest single PUT).
+        #[arg(long, default_value_t = SINGLE_PUT_MAX)]
+        multipart_threshold: u64,
+        /// The part size of a multipart upload, in bytes (at least 5 MiB).
+        #[arg(long, default_value_t = DEFAULT_PART_SIZE)]
+        part_size: u64,
+        /// No progress on stderr.
+        #[arg(long)]
+        quiet: bool,
+    },
     /// Run the handler in-process on an SQS event JSON file; print the
     /// SqsBatchResponse JSON as the last line of stdout.
     Invoke {
@@ -87,6 +111,21 @@ fn main() -> ExitCode {
             }
         }
         Command::Invoke { event } => invoke(&event),
+        Command::Upload {
+            file,
+            destination,
+            multipart_threshold,
+            part_size,
+            quiet,
+        } => upload(
+            &file,
+            &destination,
+            UploadOptions {
+                single_put_max: multipart_threshold,
+                part_size,
+            },
+            quiet,
+        ),
         Command::Status { job_key } => with_ledger(|ledger| async move {
             match ledger.get(&job_key).await {
                 Ok(Some(row)) => match serde_json::to_string_pretty(&row) {
@@ -221,6 +260,70 @@ fn invoke(path: &PathBuf) -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => fail(format!("invoke: cannot print the response: {e}")),
+        }
+    })
+}
+
+fn upload(
+    file: &std::path::Path,
+    destination: &str,
+    options: UploadOptions,
+    quiet: bool,
+) -> ExitCode {
+    let Some((bucket, key)) = destination
+        .strip_prefix("s3://")
+        .and_then(|rest| rest.split_once('/'))
+        .filter(|(bucket, key)| !bucket.is_empty() && !key.is_empty())
+    else {
+        return fail(format!(
+            "upload: {destination:?} is not an s3://bucket/key destination"
+        ));
+    };
+    if options.single_put_max > SINGLE_PUT_MAX {
+        return fail(format!(
+            "upload: --multipart-threshold is at most {SINGLE_PUT_MAX} bytes (5 GiB, S3's largest single PUT)"
+        ));
+    }
+    if options.part_size < MIN_PART_SIZE {
+        return fail(format!(
+            "upload: --part-size is at least {MIN_PART_SIZE} bytes (5 MiB, S3's smallest part)"
+        ));
+    }
+    let total = match std::fs::metadata(file) {
+        Ok(metadata) => metadata.len(),
+        Err(e) => return fail(format!("upload: cannot read {}: {e}", file.display())),
+    };
+    block_on(async {
+        let sdk = mediaonce::aws::load_sdk_config().await;
+        let client = mediaonce::aws::s3_client(&sdk);
+        let progress = Arc::new(mediaonce::upload::Progress::default());
+        let shown = (!quiet).then(|| progress::show(progress.clone(), total));
+        let result =
+            mediaonce::upload::upload(&client, file, bucket, key, options, progress.clone()).await;
+        if let Some(shown) = shown {
+            match &result {
+                Ok(_) => shown.finish(progress.sent(), total),
+                Err(_) => shown.abandon(),
+            }
+        }
+        match result {
+            Ok(uploaded) => {
+                println!("input_hash: {}", uploaded.input_hash);
+                println!(
+                    "version_id: {}",
+                    uploaded.version_id.as_deref().unwrap_or("null")
+                );
+                match uploaded.parts {
+                    None => println!(
+                        "identity: s3-checksum (S3 verified and keeps the SHA-256: no worker reads the object to key it)"
+                    ),
+                    Some(parts) => println!(
+                        "identity: computed ({parts} parts: S3's SHA-256 is composite, so a worker hashes the object once)"
+                    ),
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(format!("upload: {e}")),
         }
     })
 }

@@ -1,0 +1,116 @@
+//! Upload progress on stderr: a bar redrawn in place on a terminal, a line
+//! every tenth of the way otherwise (logs, CI).
+
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mediaonce::upload::Progress;
+
+/// How often the display is redrawn.
+const REDRAW: Duration = Duration::from_millis(200);
+const BAR_WIDTH: usize = 30;
+
+/// Shows `progress` of `total` bytes until the returned handle is finished.
+pub fn show(progress: Arc<Progress>, total: u64) -> Shown {
+    let terminal = std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let task = tokio::spawn(async move {
+        let mut tenths_shown = 0;
+        let mut ticks = tokio::time::interval(REDRAW);
+        loop {
+            ticks.tick().await;
+            let sent = progress.sent();
+            if terminal {
+                eprint!("\r{}", line(sent, total, started.elapsed(), true));
+            } else {
+                let tenths = if total == 0 { 10 } else { sent * 10 / total };
+                if tenths > tenths_shown {
+                    tenths_shown = tenths;
+                    eprintln!("{}", line(sent, total, started.elapsed(), false));
+                }
+            }
+            let _ = std::io::stderr().flush();
+        }
+    });
+    Shown {
+        task,
+        terminal,
+        started,
+    }
+}
+
+pub struct Shown {
+    task: tokio::task::JoinHandle<()>,
+    terminal: bool,
+    started: Instant,
+}
+
+impl Shown {
+    /// Stops redrawing after a failure (the error says the rest).
+    pub fn abandon(self) {
+        self.task.abort();
+        if self.terminal {
+            eprintln!();
+        }
+    }
+
+    /// Stops redrawing; the last line shows `sent` of `total`.
+    pub fn finish(self, sent: u64, total: u64) {
+        self.task.abort();
+        let last = line(sent, total, self.started.elapsed(), self.terminal);
+        if self.terminal {
+            eprintln!("\r{last}");
+        } else {
+            eprintln!("{last}");
+        }
+    }
+}
+
+/// One progress line: a bar (on a terminal), the share, the bytes and the
+/// rate. Pure.
+pub fn line(sent: u64, total: u64, elapsed: Duration, bar: bool) -> String {
+    let share = if total == 0 {
+        1.0
+    } else {
+        sent as f64 / total as f64
+    };
+    let rate = sent as f64 / elapsed.as_secs_f64().max(1e-3);
+    let text = format!(
+        "{:>3}% {} of {} at {}/s",
+        (share * 100.0).floor() as u64,
+        mib(sent as f64),
+        mib(total as f64),
+        mib(rate)
+    );
+    if !bar {
+        return format!("uploaded {text}");
+    }
+    let filled = ((share * BAR_WIDTH as f64) as usize).min(BAR_WIDTH);
+    format!(
+        "[{}{}] {text}",
+        "#".repeat(filled),
+        ".".repeat(BAR_WIDTH - filled)
+    )
+}
+
+fn mib(bytes: f64) -> String {
+    format!("{:.1} MiB", bytes / (1024.0 * 1024.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_show_share_bytes_and_rate() {
+        let half = line(50 << 20, 100 << 20, Duration::from_secs(2), true);
+        assert_eq!(
+            half,
+            "[###############...............]  50% 50.0 MiB of 100.0 MiB at 25.0 MiB/s"
+        );
+        let plain = line(100 << 20, 100 << 20, Duration::from_secs(4), false);
+        assert_eq!(plain, "uploaded 100% 100.0 MiB of 100.0 MiB at 25.0 MiB/s");
+        assert!(line(0, 0, Duration::ZERO, false).contains("100%"));
+    }
+}
