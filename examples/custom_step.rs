@@ -11,7 +11,7 @@
 //! custom_step`; everything else (claims, keys, reuse, retries, partial
 //! batch responses) is mediaonce's.
 
-use mediaonce::{JobOutputs, Step, StepContext, StepError, StepRegistry};
+use mediaonce::{InputUse, JobOutputs, Step, StepContext, StepError, StepRegistry};
 use serde_json::{Map, Value};
 
 /// Counts the lines of a text object.
@@ -45,6 +45,14 @@ impl Step for LineCount {
         Ok(LineCountParams { max_bytes })
     }
 
+    /// It reads every byte into memory: under `MEDIAONCE_IDENTITY=auto` its
+    /// jobs are keyed by a hash of the content, computed on that same read.
+    fn input_use(&self, params: &LineCountParams) -> InputUse {
+        InputUse::Memory {
+            max_bytes: params.max_bytes,
+        }
+    }
+
     async fn run(
         &self,
         params: &LineCountParams,
@@ -59,8 +67,9 @@ impl Step for LineCount {
                 input.head.size, params.max_bytes
             )));
         }
-        // Read once, pinned to the bytes the job key names.
-        let bytes = input.read_all().await?;
+        // Read once, pinned to the bytes the job key names (the handler's
+        // copy when it read them to key the job).
+        let bytes = input.bytes().await?;
         let lines = bytes.iter().filter(|&&b| b == b'\n').count();
         let report = serde_json::json!({"bytes": bytes.len(), "lines": lines});
         outputs

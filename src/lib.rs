@@ -80,6 +80,7 @@ pub use key::{job_key, Recipe};
 pub use report::{BatchReport, JobReport, MessageReport, Outcome};
 pub use runtime::run;
 pub use step::{
-    JobInput, JobOutputs, Manifest, OutputFile, Step, StepContext, StepError, MANIFEST_NAME,
+    InputUse, JobInput, JobOutputs, Manifest, OutputFile, Step, StepContext, StepError,
+    MANIFEST_NAME,
 };
 pub use steps::StepRegistry;

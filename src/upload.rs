@@ -492,6 +492,5 @@ mod tests {
         let size = part_size(huge, DEFAULT_PART_SIZE);
         assert!(huge.div_ceil(size) <= MAX_PARTS);
         assert!(size > DEFAULT_PART_SIZE);
-        assert!(SINGLE_PUT_MAX < MAX_OBJECT_SIZE);
     }
 }

@@ -125,13 +125,16 @@ async fn multipart_uploads_of_the_same_bytes_share_one_job() {
     let one = head_checksum(&p, "post-2/photo.png").await;
     assert!(one.as_deref().is_some_and(|c| c.ends_with("-1")), "{one:?}");
     let reads_before = p.reads.whole.load(Ordering::SeqCst);
+    let calls_before = p.ledger_calls.get();
     let report = p.handle(p.receive(1).await).await;
     let job = only_job(&report);
     assert_eq!(job.outcome, Outcome::Reused, "{report:?}");
     assert_eq!(job.input_hash_source, Some(FingerprintSource::Computed));
     assert_eq!(job.job_key, key_of(&p, &bytes));
-    // The new object was read once (to hash it), and no step ran on it.
+    // The new object was read once (to hash it), and no step ran on it:
+    // the cache's GetItem (a miss) and PutItem, and the refused claim.
     assert_eq!(p.reads.whole.load(Ordering::SeqCst) - reads_before, 1);
+    assert_eq!(p.ledger_calls.get() - calls_before, 3);
     let manifest = p
         .output(&format!("derived/{}/{MANIFEST_NAME}", key_of(&p, &bytes)))
         .await;
@@ -367,4 +370,25 @@ async fn content_identity_hashes_a_ranged_only_job_without_keeping_the_bytes() {
     .unwrap();
     assert_eq!(probe["sha256"], sha256_hex(&bytes));
     assert_eq!(probe["sha256_source"], "computed");
+}
+
+#[tokio::test]
+async fn a_notification_duplicated_within_a_batch_is_hashed_once() {
+    let p = Pipeline::new(Options {
+        recipes: Some(THUMBNAIL.into()),
+        separate_output_bucket: true,
+        ..Options::default()
+    })
+    .await;
+    let bytes = small_png(9);
+    p.put("twice.png", &bytes, false).await;
+    let message = p.receive(1).await.remove(0);
+    let mut duplicate = message.clone();
+    duplicate.message_id = Some("duplicate-of-the-notification".into());
+    let report = p.handle(vec![message, duplicate]).await;
+    let mut outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
+    outcomes.sort_by_key(|o| o.as_str());
+    assert_eq!(outcomes, [Outcome::Ran, Outcome::Reused], "{report:?}");
+    assert!(report.jobs().all(|j| j.job_key == key_of(&p, &bytes)));
+    assert_eq!(p.reads.whole.load(Ordering::SeqCst), 1);
 }

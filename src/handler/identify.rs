@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::job::BatchJobs;
 use super::{App, Outcome};
 use crate::config::RecipeRule;
 use crate::fingerprint::{version_etag, Fingerprint, FingerprintSource, ObjectHead};
@@ -17,10 +18,12 @@ pub(super) struct Identified {
     pub bytes: Arc<ObjectBytes>,
 }
 
-/// Finds the input hash of `head` for the jobs of `rules`. `Err` with the
-/// outcome when there is none (the read to hash it failed).
+/// Finds the input hash of `head` for the jobs of `rules` (once per batch
+/// for each object version). `Err` with the outcome when there is none
+/// (the read to hash it failed).
 pub(super) async fn identify(
     app: &App,
+    batch: &BatchJobs,
     head: ObjectHead,
     rules: &[&RecipeRule],
 ) -> Result<Identified, (Outcome, String)> {
@@ -32,14 +35,32 @@ pub(super) async fn identify(
         keep(&uses, head.size),
         &app.scratch,
     ));
-    let fingerprint = match plan(app.config.identity, &head, &uses) {
+    let fingerprint = batch
+        .input_hash(&version.row_key())
+        .get_or_try_init(|| find(app, &head, &uses, &version, &bytes))
+        .await?
+        .clone();
+    if let Some(warning) = declared_mismatch(&head, &fingerprint) {
+        tracing::warn!(object = %bytes.object(), "{warning}");
+    }
+    Ok(Identified { fingerprint, bytes })
+}
+
+async fn find(
+    app: &App,
+    head: &ObjectHead,
+    uses: &[InputUse],
+    version: &ObjectVersion,
+    bytes: &ObjectBytes,
+) -> Result<Fingerprint, (Outcome, String)> {
+    Ok(match plan(app.config.identity, head, uses) {
         Plan::Known(fingerprint) => fingerprint,
-        Plan::LookUp { on_miss } => match cached(app, &version).await {
+        Plan::LookUp { on_miss } => match cached(app, version).await {
             Some(input_hash) => Fingerprint {
                 input_hash,
                 source: FingerprintSource::Cached,
             },
-            None if on_miss == OnMiss::VersionEtag => version_etag(&head),
+            None if on_miss == OnMiss::VersionEtag => version_etag(head),
             None => {
                 let loaded = bytes.load().await.map_err(|err| {
                     if err.replaced {
@@ -58,7 +79,7 @@ pub(super) async fn identify(
                 })?;
                 if let Err(err) = app
                     .ledger
-                    .cache_input_hash(&version, &loaded.sha256, app.now_ms())
+                    .cache_input_hash(version, &loaded.sha256, app.now_ms())
                     .await
                 {
                     // The next delivery reads the object again; nothing worse.
@@ -70,11 +91,7 @@ pub(super) async fn identify(
                 }
             }
         },
-    };
-    if let Some(warning) = declared_mismatch(&head, &fingerprint) {
-        tracing::warn!(object = %bytes.object(), "{warning}");
-    }
-    Ok(Identified { fingerprint, bytes })
+    })
 }
 
 /// The cached hash of `version`; a failed lookup is a miss (logged).

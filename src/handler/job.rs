@@ -15,15 +15,27 @@ use crate::fingerprint::Fingerprint;
 use crate::ledger::{poison_reason, Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger};
 use crate::step::{JobInput, JobOutputs, Manifest, ObjectBytes, StepContext, StepError};
 
-/// Jobs seen in this batch, so that one key is claimed once.
+/// Jobs seen in this batch, so that one key is claimed once, and input
+/// hashes found, so that one object version is hashed once (a duplicated
+/// notification in the same batch reads nothing).
 #[derive(Default)]
 pub(super) struct BatchJobs {
     jobs: Mutex<HashMap<String, Arc<OnceCell<JobReport>>>>,
+    input_hashes: Mutex<HashMap<String, Arc<OnceCell<Fingerprint>>>>,
 }
 
 impl BatchJobs {
     pub fn cell(&self, key: &str) -> Arc<OnceCell<JobReport>> {
         lock(&self.jobs).entry(key.to_string()).or_default().clone()
+    }
+
+    /// The input hash of an object version (by its hash cache row key),
+    /// once found by a record of this batch.
+    pub fn input_hash(&self, version: &str) -> Arc<OnceCell<Fingerprint>> {
+        lock(&self.input_hashes)
+            .entry(version.to_string())
+            .or_default()
+            .clone()
     }
 }
 

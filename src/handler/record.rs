@@ -125,7 +125,7 @@ async fn process_record(
         None => head_for_record(app, record, &object).await,
     };
     let identified = match head {
-        Ok(head) => identify(app, head, &rules).await,
+        Ok(head) => identify(app, batch, head, &rules).await,
         Err(err) => Err(err),
     };
     let identified = match identified {

@@ -24,7 +24,7 @@ pub fn show(progress: Arc<Progress>, total: u64) -> Shown {
             if terminal {
                 eprint!("\r{}", line(sent, total, started.elapsed(), true));
             } else {
-                let tenths = if total == 0 { 10 } else { sent * 10 / total };
+                let tenths = (sent * 10).checked_div(total).unwrap_or(10);
                 if tenths > tenths_shown {
                     tenths_shown = tenths;
                     eprintln!("{}", line(sent, total, started.elapsed(), false));
