@@ -120,6 +120,9 @@ async fn multipart_uploads_of_the_same_bytes_share_one_job() {
     assert_eq!(job.outcome, Outcome::Ran, "{report:?}");
     assert_eq!(job.input_hash_source, Some(FingerprintSource::Computed));
     assert_eq!(job.job_key, key_of(&p, &bytes));
+    // One GetObject both keyed the job and fed the thumbnail step.
+    assert_eq!(p.reads.whole.load(Ordering::SeqCst), 1);
+    assert_eq!(p.reads.ranged.load(Ordering::SeqCst), 0);
 
     put_multipart(&p, "post-2/photo.png", &bytes, bytes.len()).await;
     let one = head_checksum(&p, "post-2/photo.png").await;

@@ -104,22 +104,23 @@ impl JobInput {
 
     /// Streams the exact version the job is keyed on.
     pub async fn stream(&self) -> Result<ByteStream, StepError> {
-        if !self.bytes.keeps_copy() {
-            return self
-                .bytes
-                .store()
-                .get(&self.object())
-                .await
-                .map_err(|e| self.read_error(e));
+        if self.bytes.keeps_copy() {
+            let loaded = self.loaded().await?;
+            match &loaded.copy {
+                LocalCopy::Memory(bytes) => return Ok(ByteStream::from(bytes.clone())),
+                LocalCopy::File(file) => {
+                    return ByteStream::from_path(&file.path)
+                        .await
+                        .map_err(|e| StepError::Input(format!("{}: {e}", file.path.display())))
+                }
+                LocalCopy::None => {}
+            }
         }
-        let loaded = self.loaded().await?;
-        match &loaded.copy {
-            LocalCopy::Memory(bytes) => Ok(ByteStream::from(bytes.clone())),
-            LocalCopy::File(file) => ByteStream::from_path(&file.path)
-                .await
-                .map_err(|e| StepError::Input(format!("{}: {e}", file.path.display()))),
-            LocalCopy::None => unreachable!("a record that keeps a copy has one"),
-        }
+        self.bytes
+            .store()
+            .get(&self.object())
+            .await
+            .map_err(|e| self.read_error(e))
     }
 
     /// Reads `range` of the input (end exclusive, within its size): from the
