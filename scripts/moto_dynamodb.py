@@ -6,11 +6,23 @@ every conditional write atomic, so this wrapper serialises the requests whose
 X-Amz-Target names a DynamoDB operation. Without it, the concurrency tests
 would prove nothing.
 
+moto's TransactWriteItems backs itself up for a rollback by deep-copying
+every table the transaction touches: a cost that grows with the table (a
+soak of a few hundred uploads spends seconds per transaction). Since the
+requests are serialised here, the backup is made of the touched items
+instead, and restored the same way.
+
 Usage: python moto_dynamodb.py HOST PORT
 """
 
+import copy
 import sys
 import threading
+
+import moto.dynamodb.models as dynamodb_models
+from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.table import Table
 
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
@@ -33,6 +45,51 @@ class SerializedDynamoDB:
             # Materialise the body inside the lock: the backend work happens
             # while the response iterable is produced.
             return list(self.app(environ, start_response))
+
+
+class _TablesKept:
+    """Stands in for the `copy` module inside moto's transact_write_items:
+    tables are not copied (their touched items are, beforehand)."""
+
+    @staticmethod
+    def deepcopy(value, memo=None):
+        return value if isinstance(value, Table) else copy.deepcopy(value, memo)
+
+
+_transact_write_items = DynamoDBBackend.transact_write_items
+
+
+def _transact_write_items_backed_up_by_item(self, transact_items):
+    backups = []
+    for entry in transact_items:
+        _, op = next(iter(entry.items()))
+        table = self.tables.get(op.get("TableName"))
+        if table is None:
+            continue
+        if table.range_key_attr is not None:
+            # Not a table of ours: moto's own, whole-table backup.
+            return _transact_write_items(self, transact_items)
+        key = op.get("Key") or op.get("Item") or {}
+        if table.hash_key_attr not in key:
+            continue
+        hash_value = DynamoType(key[table.hash_key_attr])
+        backups.append((table, hash_value, copy.deepcopy(table.items.get(hash_value))))
+    saved = dynamodb_models.copy
+    dynamodb_models.copy = _TablesKept
+    try:
+        return _transact_write_items(self, transact_items)
+    except Exception:
+        for table, hash_value, item in reversed(backups):
+            if item is None:
+                table.items.pop(hash_value, None)
+            else:
+                table.items[hash_value] = item
+        raise
+    finally:
+        dynamodb_models.copy = saved
+
+
+DynamoDBBackend.transact_write_items = _transact_write_items_backed_up_by_item
 
 
 def main():

@@ -19,7 +19,7 @@ pub enum Notification {
 }
 
 /// The part of an S3 event record that mediaonce uses.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct S3Record {
     /// For example `ObjectCreated:Put`.
     pub event_name: String,
@@ -30,19 +30,33 @@ pub struct S3Record {
     /// The ETag as S3 put it in the event: no quotes; `-N` for multipart.
     pub etag: Option<String>,
     pub size: Option<u64>,
+    /// S3's `sequencer`: hexadecimal, ordering the events of one key
+    /// (compare with [`sequencer_order`], never as numbers or raw strings).
+    pub sequencer: Option<String>,
+    /// EventBridge's `deletion-type` of an `Object Deleted` event
+    /// (`Permanently Deleted` or `Delete Marker Created`).
+    pub deletion_type: Option<String>,
 }
 
 impl S3Record {
-    /// From S3's event name (`ObjectCreated:Put`) or EventBridge's detail
-    /// type (`Object Created`).
+    /// From S3's event name (`ObjectCreated:Put`, `ObjectRemoved:Delete`,
+    /// `LifecycleExpiration:DeleteMarkerCreated`...) or EventBridge's
+    /// detail type (`Object Created`, `Object Deleted` and its
+    /// `deletion-type`).
     pub fn kind(&self) -> EventKind {
         let name = self.event_name.as_str();
-        if name.starts_with("ObjectCreated:") || name == "Object Created" {
-            EventKind::Created
-        } else if name.starts_with("ObjectRemoved:") || name == "Object Deleted" {
-            EventKind::Removed
-        } else {
-            EventKind::Other
+        let marker = self.deletion_type.as_deref() == Some("Delete Marker Created");
+        match name {
+            _ if name.starts_with("ObjectCreated:") || name == "Object Created" => {
+                EventKind::Created
+            }
+            "ObjectRemoved:Delete" | "LifecycleExpiration:Delete" => EventKind::Removed,
+            "ObjectRemoved:DeleteMarkerCreated" | "LifecycleExpiration:DeleteMarkerCreated" => {
+                EventKind::DeleteMarker
+            }
+            "Object Deleted" if marker => EventKind::DeleteMarker,
+            "Object Deleted" => EventKind::Removed,
+            _ => EventKind::Other,
         }
     }
 }
@@ -50,8 +64,21 @@ impl S3Record {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
     Created,
+    /// The object (unversioned) or one version is gone for good.
     Removed,
+    /// A delete marker now hides the key; its versions still exist.
+    DeleteMarker,
     Other,
+}
+
+/// Orders two sequencers of the same key: hexadecimal strings of any
+/// length, compared as numbers after left-padding the shorter with zeros
+/// (S3's rule). Case is ignored. Pure.
+pub fn sequencer_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let (a, b) = (a.trim_start_matches('0'), b.trim_start_matches('0'));
+    a.len()
+        .cmp(&b.len())
+        .then_with(|| a.to_ascii_uppercase().cmp(&b.to_ascii_uppercase()))
 }
 
 /// Why a body is not an S3 notification we can act on.
@@ -99,6 +126,7 @@ struct RawObject {
     #[serde(rename = "eTag")]
     etag: Option<String>,
     size: Option<u64>,
+    sequencer: Option<String>,
 }
 
 /// An S3 event as EventBridge delivers it (`source: aws.s3`).
@@ -113,6 +141,8 @@ struct RawEventBridge {
 struct RawDetail {
     bucket: RawBucket,
     object: RawDetailObject,
+    #[serde(rename = "deletion-type")]
+    deletion_type: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -122,6 +152,7 @@ struct RawDetailObject {
     version_id: Option<String>,
     etag: Option<String>,
     size: Option<u64>,
+    sequencer: Option<String>,
 }
 
 /// Parses one SQS message body. Three shapes reach SQS:
@@ -205,6 +236,8 @@ fn parse_eventbridge(value: Value) -> Result<S3Record, BodyError> {
         version_id: non_null_version(raw.detail.object.version_id),
         etag: clean_etag(raw.detail.object.etag),
         size: raw.detail.object.size,
+        sequencer: raw.detail.object.sequencer,
+        deletion_type: raw.detail.deletion_type,
     })
 }
 
@@ -234,6 +267,8 @@ fn parse_record(value: serde_json::Value) -> Result<S3Record, String> {
         version_id: non_null_version(raw.s3.object.version_id),
         etag: clean_etag(raw.s3.object.etag),
         size: raw.s3.object.size,
+        sequencer: raw.s3.object.sequencer,
+        deletion_type: None,
     })
 }
 
@@ -255,6 +290,45 @@ mod tests {
             "s3": {"bucket": {"name": "in"}, "object": {"key": key, "size": 3, "eTag": "abc"}}
         }]})
         .to_string()
+    }
+
+    #[test]
+    fn sequencers_compare_as_padded_hexadecimal() {
+        use std::cmp::Ordering::*;
+        assert_eq!(sequencer_order("0055AED6DCD90281E5", "55AED6DCD90281E5"), Equal);
+        assert_eq!(sequencer_order("0055AED6DCD90281E5", "0055AED6DCD90281E6"), Less);
+        // Longer (after padding) is later, whatever the digits.
+        assert_eq!(sequencer_order("100", "FF"), Greater);
+        assert_eq!(sequencer_order("ff", "FE"), Greater);
+        assert_eq!(sequencer_order("", "0"), Equal);
+    }
+
+    #[test]
+    fn removals_are_told_from_delete_markers() {
+        let record = |name: &str, deletion: Option<&str>| S3Record {
+            event_name: name.into(),
+            deletion_type: deletion.map(str::to_string),
+            ..Default::default()
+        };
+        for (name, kind) in [
+            ("ObjectCreated:CompleteMultipartUpload", EventKind::Created),
+            ("ObjectRemoved:Delete", EventKind::Removed),
+            ("LifecycleExpiration:Delete", EventKind::Removed),
+            ("ObjectRemoved:DeleteMarkerCreated", EventKind::DeleteMarker),
+            ("LifecycleExpiration:DeleteMarkerCreated", EventKind::DeleteMarker),
+            ("ObjectRestore:Completed", EventKind::Other),
+            ("Object Created", EventKind::Created),
+        ] {
+            assert_eq!(record(name, None).kind(), kind, "{name}");
+        }
+        assert_eq!(
+            record("Object Deleted", Some("Permanently Deleted")).kind(),
+            EventKind::Removed
+        );
+        assert_eq!(
+            record("Object Deleted", Some("Delete Marker Created")).kind(),
+            EventKind::DeleteMarker
+        );
     }
 
     #[test]

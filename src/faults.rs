@@ -27,6 +27,10 @@ pub enum Call {
     GetInputHash,
     /// Hash cache: PutItem.
     PutInputHash,
+    /// References: the version row's GetItem.
+    GetRefs,
+    /// References: the TransactWriteItems.
+    ChangeRefs,
     /// Objects: HeadObject.
     HeadObject,
     /// Objects: GetObject.

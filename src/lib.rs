@@ -63,6 +63,7 @@ pub mod key;
 pub mod lease;
 pub mod ledger;
 pub mod queue;
+pub mod references;
 pub mod steps;
 pub mod store;
 pub mod upload;

@@ -47,6 +47,8 @@ async fn seed(
         // A failed row has failed once.
         failures: u64::from(status == JobStatus::Failed),
         permanent: false,
+        refs: None,
+        released_at_ms: None,
     };
     p.seed_row(&row).await;
     row
@@ -84,8 +86,8 @@ async fn an_expired_lease_is_taken_over() {
     assert!(report.response().batch_item_failures.is_empty());
     assert_eq!(
         p.ledger_calls.get() - calls_before,
-        3,
-        "takeover: claim, update, finish"
+        4,
+        "takeover: claim, update, finish, reference"
     );
     assert_eq!(p.counted.runs(), 1);
     let row = p.row(&key).await.unwrap();

@@ -9,10 +9,15 @@ mod common;
 
 use aws_sdk_s3::primitives::ByteStream;
 use mediaonce::error::ErrorKind;
+use std::collections::BTreeSet;
+
 use mediaonce::identity::ObjectVersion;
 use mediaonce::ledger::dynamodb::DynamoDbTable;
 use mediaonce::ledger::memory::InMemoryTable;
-use mediaonce::ledger::{Claim, ClaimRequest, Conditional, Finish, JobRow, JobStatus, LedgerTable};
+use mediaonce::ledger::{
+    Claim, ClaimRequest, Conditional, Finish, JobRow, JobStatus, LedgerTable, RefWrite,
+};
+use mediaonce::references::{self, RefChange, VersionName};
 use mediaonce::store::memory::InMemoryObjects;
 use mediaonce::store::s3::S3Objects;
 use mediaonce::store::{ObjectClient, ObjectRef};
@@ -31,6 +36,8 @@ fn row(key: &str, owner: &str, status: JobStatus, lease_until_ms: u64) -> JobRow
         updated_at_ms: 1_000,
         failures: 0,
         permanent: false,
+        refs: None,
+        released_at_ms: None,
     }
 }
 
@@ -238,6 +245,122 @@ async fn ledger_contract(table: impl LedgerTable) {
     ));
 
     hash_cache_contract(&table).await;
+    references_contract(&table).await;
+}
+
+/// Reference transactions: all or nothing, conditioned on the version
+/// row's generation and on each job's state, with the reasons returned.
+async fn references_contract(table: &impl LedgerTable) {
+    let done = |key: &str, refs: Option<u64>| JobRow {
+        refs,
+        ..row(key, "w/1", JobStatus::Done, 0)
+    };
+    assert_eq!(
+        table.put_new(&done("ref-a", Some(0))).await.unwrap(),
+        Conditional::Applied(())
+    );
+    table.put_new(&done("ref-b", Some(0))).await.unwrap();
+    table.put_new(&done("ref-legacy", None)).await.unwrap();
+    table
+        .put_new(&JobRow {
+            refs: Some(0),
+            ..row("ref-running", "w/2", JobStatus::Running, 99_000)
+        })
+        .await
+        .unwrap();
+    let version = VersionName {
+        bucket: "in".into(),
+        key: "photos/a b.jpg".into(),
+        version_id: None,
+    };
+    let wanted: BTreeSet<String> = ["ref-a".to_string(), "ref-b".to_string()].into();
+    let create = references::on_create(&version, None, &wanted, Some("0A")).unwrap();
+    assert_eq!(table.get_version_refs(&version).await.unwrap(), None);
+    assert_eq!(
+        table.change_refs(&version, &create, 10).await.unwrap(),
+        RefWrite::Applied
+    );
+    let stored = table.get_version_refs(&version).await.unwrap().unwrap();
+    assert_eq!(stored, create.next);
+    assert_eq!(table.get("ref-a").await.unwrap().unwrap().refs, Some(1));
+    // The same change again: the row exists, nothing is written twice.
+    assert_eq!(
+        table.change_refs(&version, &create, 11).await.unwrap(),
+        RefWrite::Cancelled {
+            version: Some(Some(stored.clone())),
+            refused: vec![],
+        }
+    );
+    assert_eq!(table.get("ref-b").await.unwrap().unwrap().refs, Some(1));
+
+    // Jobs that are not done and counted refuse, with their row; nothing
+    // of the transaction is written.
+    let other = VersionName {
+        key: "other.jpg".into(),
+        ..version.clone()
+    };
+    let keys: BTreeSet<String> = ["ref-a", "ref-running", "ref-legacy", "ref-missing"]
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    let change = references::on_create(&other, None, &keys, None).unwrap();
+    let RefWrite::Cancelled {
+        version: v,
+        refused,
+    } = table.change_refs(&other, &change, 12).await.unwrap()
+    else {
+        panic!("a running, a legacy and a missing job cannot gain a reference");
+    };
+    assert_eq!(v, None);
+    let refused: Vec<(String, Option<JobStatus>)> = refused
+        .into_iter()
+        .map(|(key, row)| (key, row.map(|r| r.status)))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            ("ref-legacy".to_string(), Some(JobStatus::Done)),
+            ("ref-missing".to_string(), None),
+            ("ref-running".to_string(), Some(JobStatus::Running)),
+        ]
+    );
+    assert_eq!(table.get_version_refs(&other).await.unwrap(), None);
+    assert_eq!(table.get("ref-a").await.unwrap().unwrap().refs, Some(1));
+
+    // A stale generation: refused with the row as it is.
+    let stale = RefChange {
+        seen_gen: Some(stored.gen + 5),
+        ..references::on_delete(Some(&stored), Some("0B")).unwrap()
+    };
+    assert_eq!(
+        table.change_refs(&version, &stale, 13).await.unwrap(),
+        RefWrite::Cancelled {
+            version: Some(Some(stored.clone())),
+            refused: vec![],
+        }
+    );
+    // The delete: both released, a tombstone left.
+    let delete = references::on_delete(Some(&stored), Some("0B")).unwrap();
+    assert_eq!(
+        table.change_refs(&version, &delete, 14).await.unwrap(),
+        RefWrite::Applied
+    );
+    let a = table.get("ref-a").await.unwrap().unwrap();
+    assert_eq!((a.refs, a.released_at_ms), (Some(0), Some(14)));
+    let tomb = table.get_version_refs(&version).await.unwrap().unwrap();
+    assert!(tomb.deleted && tomb.job_keys.is_empty());
+    // A count never goes below zero.
+    let again = RefChange {
+        seen_gen: Some(tomb.gen),
+        ..delete.clone()
+    };
+    let RefWrite::Cancelled { refused, .. } =
+        table.change_refs(&version, &again, 15).await.unwrap()
+    else {
+        panic!("refs 0 cannot be released again");
+    };
+    assert_eq!(refused.len(), 2);
+    assert_eq!(table.get("ref-b").await.unwrap().unwrap().refs, Some(0));
 }
 
 /// The hash cache rows that share the table: one per object version, a

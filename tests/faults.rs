@@ -121,6 +121,8 @@ async fn a_5xx_on_takeover_comes_back_then_takes_over() {
         updated_at_ms: now_ms() - 100_000,
         failures: 0,
         permanent: false,
+        refs: None,
+        released_at_ms: None,
     };
     p.seed_row(&dead).await;
     let faults = Arc::new(FaultPlan::new());

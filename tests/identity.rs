@@ -135,9 +135,10 @@ async fn multipart_uploads_of_the_same_bytes_share_one_job() {
     assert_eq!(job.input_hash_source, Some(FingerprintSource::Computed));
     assert_eq!(job.job_key, key_of(&p, &bytes));
     // The new object was read once (to hash it), and no step ran on it:
-    // the cache's GetItem (a miss) and PutItem, and the refused claim.
+    // the cache's GetItem (a miss) and PutItem, the refused claim, and the
+    // new version's reference.
     assert_eq!(p.reads.whole.load(Ordering::SeqCst) - reads_before, 1);
-    assert_eq!(p.ledger_calls.get() - calls_before, 3);
+    assert_eq!(p.ledger_calls.get() - calls_before, 4);
     let manifest = p
         .output(&format!("derived/{}/{MANIFEST_NAME}", key_of(&p, &bytes)))
         .await;
@@ -226,7 +227,9 @@ async fn a_redelivered_hashed_version_reads_no_bytes_and_makes_two_table_calls()
         ranged,
         "no ranged GET"
     );
-    // The cache's GetItem and the claim's PutItem (refused with the done row).
+    // The cache's GetItem, and the reference transaction tried first for a
+    // version seen before: refused, since the version references the job
+    // already and the job is done. No claim.
     assert_eq!(p.ledger_calls.get() - calls, 2);
 }
 

@@ -36,8 +36,8 @@ async fn first_run_writes_outputs_and_a_done_row_then_a_duplicate_reuses_them() 
     assert!(failed_ids(&first).is_empty());
     assert_eq!(
         p.ledger_calls.get() - calls_before,
-        2,
-        "first run: claim + finish"
+        3,
+        "first run: claim + finish + the version's reference (one transaction)"
     );
 
     // The input hash is the object's own SHA-256 (full-object checksum).
@@ -79,15 +79,17 @@ async fn first_run_writes_outputs_and_a_done_row_then_a_duplicate_reuses_them() 
     assert_eq!(manifest.outputs[0].size, probe_bytes.len() as u64);
     assert_eq!(manifest.outputs[0].sha256, sha256_hex(&probe_bytes));
 
-    // The same message again (SQS redelivery): reused, one DynamoDB call, row untouched.
+    // The same message again (SQS redelivery): reused, two DynamoDB calls
+    // (the claim, and the reference transaction refused: already recorded),
+    // row untouched.
     let calls_before = p.ledger_calls.get();
     let again = p.handle(messages).await;
     assert_eq!(outcomes(&again), vec![Outcome::Reused]);
     assert!(failed_ids(&again).is_empty());
     assert_eq!(
         p.ledger_calls.get() - calls_before,
-        1,
-        "duplicate: one claim"
+        2,
+        "duplicate: the claim and the refused reference"
     );
     assert_eq!(p.row(&key).await.unwrap(), row);
 }
@@ -123,8 +125,8 @@ async fn identical_bytes_share_one_key_and_run_once() {
     assert!(failed_ids(&one_batch).is_empty());
     assert_eq!(
         q.ledger_calls.get() - calls_before,
-        2,
-        "one claim and one finish for the batch"
+        4,
+        "one claim and one finish for the batch, and one reference per object"
     );
 }
 

@@ -64,6 +64,8 @@ struct Tally {
     /// Runs whose finish was rejected: their lease had been taken over.
     stale_runs: AtomicUsize,
     outcomes: Mutex<BTreeMap<&'static str, usize>>,
+    /// Why jobs failed, by the reason's first words.
+    failures: Mutex<BTreeMap<String, usize>>,
     /// Messages the invocation deadline cut off (their step may have run).
     cut_off: AtomicUsize,
     /// Signalled by a worker whose long-poll came back empty.
@@ -138,6 +140,16 @@ fn tally_report(tally: &Tally, report: &BatchReport, crashed_batch: bool) {
     let mut stale = BTreeSet::new();
     for job in report.jobs() {
         *outcomes.entry(job.outcome.as_str()).or_default() += 1;
+        if job.outcome == Outcome::Failed {
+            let reason: String = job
+                .reason
+                .clone()
+                .unwrap_or_default()
+                .chars()
+                .take(90)
+                .collect();
+            *tally.failures.lock().unwrap().entry(reason).or_default() += 1;
+        }
     }
     for job in report.jobs().filter(|j| j.step == "counted-probe") {
         let reason = job.reason.as_deref().unwrap_or_default();
@@ -271,6 +283,8 @@ async fn chaos_soak() {
     // Uploads: 10% repeat an earlier upload's bytes, 2% are poison.
     let mut contents: Vec<Vec<u8>> = Vec::new();
     let mut unique_hashes = BTreeSet::new();
+    // Object versions (one key each) per content: its job's `refs`.
+    let mut versions_of: BTreeMap<String, u64> = BTreeMap::new();
     let mut poison_hashes = BTreeSet::new();
     let mut poison = 0;
     for i in 0..uploads {
@@ -286,6 +300,7 @@ async fn chaos_soak() {
             format!("poison/{i}.bin")
         } else {
             unique_hashes.insert(sha256_hex(&bytes));
+            *versions_of.entry(sha256_hex(&bytes)).or_default() += 1;
             contents.push(bytes.clone());
             format!("up/{i}.bin")
         };
@@ -376,6 +391,8 @@ async fn chaos_soak() {
             .await
             .unwrap_or_else(|| panic!("no row for {key}"));
         assert_eq!(row.status, JobStatus::Done, "{row:?}");
+        // Exact under duplicates and crashes: one reference per upload.
+        assert_eq!(row.refs, Some(versions_of[input_hash]), "{row:?}");
         let manifest: Manifest =
             serde_json::from_slice(&p.output(&format!("derived/{key}/_manifest.json")).await)
                 .unwrap();
@@ -393,18 +410,26 @@ async fn chaos_soak() {
         }
         done += 1;
     }
-    // Every job row (not the hash cache's rows that share the table): a
-    // Scan returns at most 1 MB a page.
+    // Every job row (not the hash cache's or the references' rows that
+    // share the table): a Scan returns at most 1 MB a page.
     let pages: Vec<_> = p
         .dynamodb
         .scan()
         .table_name(&p.table)
         .select(aws_sdk_dynamodb::types::Select::Count)
-        .filter_expression("NOT begins_with(job_key, :cache)")
+        .filter_expression(
+            "NOT begins_with(job_key, :cache) AND NOT begins_with(job_key, :version)",
+        )
         .expression_attribute_values(
             ":cache",
             aws_sdk_dynamodb::types::AttributeValue::S(
                 mediaonce::identity::CACHE_ROW_PREFIX.into(),
+            ),
+        )
+        .expression_attribute_values(
+            ":version",
+            aws_sdk_dynamodb::types::AttributeValue::S(
+                mediaonce::references::VERSION_ROW_PREFIX.into(),
             ),
         )
         .into_paginator()
@@ -452,6 +477,7 @@ async fn chaos_soak() {
     );
     println!("soak: crashes {:?}", tally.crashes.lock().unwrap());
     println!("soak: job outcomes {:?}", tally.outcomes.lock().unwrap());
+    println!("soak: failures {:#?}", tally.failures.lock().unwrap());
     println!(
         "soak: {done} done rows for {} unique jobs, {rows} rows in all ({} poison); step executions {executions} = \
          {} unique + {crashed_runs} cut short by crashes + {stale_runs} stale \

@@ -9,6 +9,8 @@
 //! - [`identify`]: a record's input hash: from the head, the hash cache, or
 //!   one read of the object that the record's jobs then share;
 //! - [`job`]: one job: claim → step → manifest → finish;
+//! - [`references`]: after a create's jobs, the version's references; a
+//!   removal's release;
 //! - [`busy`]: handing a busy message back for when its holder is done;
 //! - [`log`]: the one log event of each job outcome.
 //!
@@ -36,6 +38,7 @@ mod identify;
 mod job;
 mod log;
 mod record;
+mod references;
 
 pub use batch::handle_batch;
 

@@ -2,16 +2,19 @@
 //! head the object version, find its input hash ([`super::identify`]), then
 //! one job per matching recipe (claimed once per batch).
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::identify::{forget_if_disproved, identify};
 use super::job::{elapsed_ms, BatchJobs, JobRun};
+use super::references::{record_create, release, reuse_if_referenced};
 use super::log::log_job;
 use super::{App, Invocation, JobReport, MessageReport, Outcome};
 use crate::config::RecipeRule;
 use crate::event::{parse_body, EventKind, Notification, S3Record};
-use crate::fingerprint::{replaced_since_event, ObjectHead};
+use crate::fingerprint::{replaced_since_event, FingerprintSource, ObjectHead};
 use crate::key::job_key;
+use crate::references::VersionName;
 use crate::store::ObjectRef;
 
 pub(super) async fn process_body(
@@ -41,35 +44,57 @@ pub(super) async fn process_body(
         }
     };
     let mut jobs = Vec::new();
+    let mut errors = Vec::new();
     for record in &records {
-        jobs.extend(process_record(app, batch, invocation, &message_id, record).await);
+        let (reports, error) = process_record(app, batch, invocation, &message_id, record).await;
+        jobs.extend(reports);
+        errors.extend(error);
     }
     MessageReport {
         message_id,
         jobs,
-        error: None,
+        error: (!errors.is_empty()).then(|| errors.join("; ")),
     }
 }
 
+/// A record's job reports, and why its message must come back when no
+/// job says so (a release that failed).
 async fn process_record(
     app: &App,
     batch: &BatchJobs,
     invocation: &Invocation,
     message_id: &str,
     record: &S3Record,
-) -> Vec<JobReport> {
+) -> (Vec<JobReport>, Option<String>) {
     let (bucket, key, event) = (&record.bucket, &record.key, &record.event_name);
+    let version = VersionName {
+        bucket: bucket.clone(),
+        key: key.clone(),
+        version_id: record.version_id.clone(),
+    };
     match record.kind() {
         EventKind::Created => {}
         EventKind::Removed => {
+            return match release(app, &version, record.sequencer.as_deref()).await {
+                Ok(released) => {
+                    tracing::info!(message_id, version = %version, event, released = ?released, "object version removed: its references released");
+                    (Vec::new(), None)
+                }
+                Err(err) => {
+                    tracing::warn!(message_id, version = %version, event, error = %err, "releasing references failed: the message comes back");
+                    (Vec::new(), Some(err))
+                }
+            };
+        }
+        EventKind::DeleteMarker => {
             tracing::info!(
                 message_id,
                 bucket,
                 key,
                 event,
-                "object removed: acknowledged, no job"
+                "delete marker: the versions still exist, nothing released"
             );
-            return Vec::new();
+            return (Vec::new(), None);
         }
         EventKind::Other => {
             tracing::info!(
@@ -79,7 +104,7 @@ async fn process_record(
                 event,
                 "not an ObjectCreated event: acknowledged, no job"
             );
-            return Vec::new();
+            return (Vec::new(), None);
         }
     }
     if app.config.is_own_output(bucket, key) {
@@ -89,7 +114,7 @@ async fn process_record(
             key,
             "object is one of our outputs: acknowledged, no job (recursion guard)"
         );
-        return Vec::new();
+        return (Vec::new(), None);
     }
     let rules: Vec<&RecipeRule> = app
         .config
@@ -104,7 +129,7 @@ async fn process_record(
             key,
             "no recipe matches the key: acknowledged, no job"
         );
-        return Vec::new();
+        return (Vec::new(), None);
     }
 
     let started = Instant::now();
@@ -132,7 +157,7 @@ async fn process_record(
         Ok(identified) => identified,
         // No input hash, no key: report each recipe's job without claiming it.
         Err((outcome, reason)) => {
-            return rules
+            let reports = rules
                 .iter()
                 .map(|rule| {
                     let report = JobReport {
@@ -149,10 +174,41 @@ async fn process_record(
                     report
                 })
                 .collect();
+            return (reports, None);
         }
     };
 
     let fingerprint = &identified.fingerprint;
+    // The version as headed: in a versioned bucket the event's version.
+    let version = VersionName {
+        version_id: identified.bytes.head.version_id.clone(),
+        ..version
+    };
+    if fingerprint.source == FingerprintSource::Cached {
+        let keys: BTreeSet<String> = rules
+            .iter()
+            .map(|rule| job_key(&fingerprint.input_hash, &rule.recipe_hash))
+            .collect();
+        if reuse_if_referenced(app, &version, &keys, record.sequencer.as_deref()).await {
+            let reports: Vec<JobReport> = rules
+                .iter()
+                .map(|rule| JobReport {
+                    job_key: job_key(&fingerprint.input_hash, &rule.recipe_hash),
+                    step: rule.recipe.step.clone(),
+                    outcome: Outcome::Reused,
+                    attempt: 0,
+                    duration_ms: elapsed_ms(started),
+                    reason: Some("done, and this version references it already".into()),
+                    busy_until_ms: None,
+                    input_hash_source: Some(fingerprint.source),
+                })
+                .collect();
+            for report in &reports {
+                log_job(report, message_id, &object);
+            }
+            return (reports, None);
+        }
+    }
     let mut reports = Vec::with_capacity(rules.len());
     for rule in rules {
         let job_key = job_key(&fingerprint.input_hash, &rule.recipe_hash);
@@ -178,11 +234,14 @@ async fn process_record(
         } else {
             report.seen_again()
         };
-        log_job(&report, message_id, &object);
         reports.push(report);
     }
     forget_if_disproved(app, &identified).await;
-    reports
+    record_create(app, &version, record.sequencer.as_deref(), &mut reports).await;
+    for report in &reports {
+        log_job(report, message_id, &object);
+    }
+    (reports, None)
 }
 
 /// HeadObject of the record's object version; `Err` with the outcome when

@@ -9,10 +9,15 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
+
 use crate::identity::{attr as cache_attr, ObjectVersion};
+use crate::references::{attr as ref_attr, RefChange, VersionName, VersionRefs};
 
 use super::{
     attr, Claim, ClaimRequest, Conditional, Finish, JobRow, JobStatus, LedgerError, LedgerTable,
+    RefWrite,
 };
 
 type Item = HashMap<String, AttributeValue>;
@@ -67,6 +72,14 @@ impl JobRow {
                 Some(AttributeValue::Bool(permanent)) => *permanent,
                 Some(_) => return Err(format!("attribute {} is not a boolean", attr::PERMANENT)),
             },
+            refs: match item.get(ref_attr::REFS) {
+                None => None,
+                Some(_) => Some(number(ref_attr::REFS)?),
+            },
+            released_at_ms: match item.get(ref_attr::RELEASED_AT_MS) {
+                None => None,
+                Some(_) => Some(number(ref_attr::RELEASED_AT_MS)?),
+            },
         })
     }
 
@@ -89,8 +102,157 @@ impl JobRow {
         if self.permanent {
             item.insert(attr::PERMANENT.into(), AttributeValue::Bool(true));
         }
+        if let Some(refs) = self.refs {
+            item.insert(ref_attr::REFS.into(), n(refs));
+        }
+        if let Some(at) = self.released_at_ms {
+            item.insert(ref_attr::RELEASED_AT_MS.into(), n(at));
+        }
         item
     }
+}
+
+/// A version row as read; `Err` names the malformed attribute.
+fn version_refs_from_item(item: &Item) -> Result<VersionRefs, String> {
+    let job_keys = match item.get(ref_attr::JOB_KEYS) {
+        None => Default::default(),
+        Some(AttributeValue::Ss(keys)) => keys.iter().cloned().collect(),
+        Some(_) => {
+            return Err(format!(
+                "attribute {} is not a string set",
+                ref_attr::JOB_KEYS
+            ))
+        }
+    };
+    let sequencer = match item.get(ref_attr::SEQUENCER) {
+        None => None,
+        Some(AttributeValue::S(text)) => Some(text.clone()),
+        Some(_) => return Err(format!("attribute {} is not a string", ref_attr::SEQUENCER)),
+    };
+    let gen = match item.get(ref_attr::GEN) {
+        Some(AttributeValue::N(text)) => text
+            .parse()
+            .map_err(|_| format!("attribute {} is not a count: {text}", ref_attr::GEN))?,
+        _ => {
+            return Err(format!(
+                "attribute {} is missing or not a number",
+                ref_attr::GEN
+            ))
+        }
+    };
+    let deleted = matches!(
+        item.get(ref_attr::DELETED),
+        Some(AttributeValue::Bool(true))
+    );
+    Ok(VersionRefs {
+        job_keys,
+        sequencer,
+        gen,
+        deleted,
+    })
+}
+
+/// The version row's update in a reference transaction.
+fn version_update(
+    table: &str,
+    version: &VersionName,
+    change: &RefChange,
+    now_ms: u64,
+) -> Result<Update, String> {
+    let next = &change.next;
+    let mut set = vec![
+        "#bucket = :bucket",
+        "#object_key = :object_key",
+        "#version_id = :version_id",
+        "#gen = :gen",
+        "#deleted = :deleted",
+    ];
+    let mut remove = Vec::new();
+    let mut update = Update::builder()
+        .table_name(table)
+        .key(attr::JOB_KEY, s(&version.row_key()))
+        .expression_attribute_names("#bucket", ref_attr::BUCKET)
+        .expression_attribute_names("#object_key", ref_attr::OBJECT_KEY)
+        .expression_attribute_names("#version_id", ref_attr::VERSION_ID)
+        .expression_attribute_names("#gen", ref_attr::GEN)
+        .expression_attribute_names("#deleted", ref_attr::DELETED)
+        .expression_attribute_names("#job_keys", ref_attr::JOB_KEYS)
+        .expression_attribute_names("#sequencer", ref_attr::SEQUENCER)
+        .expression_attribute_names("#expires_at", ref_attr::EXPIRES_AT)
+        .expression_attribute_values(":bucket", s(&version.bucket))
+        .expression_attribute_values(":object_key", s(&version.key))
+        .expression_attribute_values(
+            ":version_id",
+            s(version.version_id.as_deref().unwrap_or("null")),
+        )
+        .expression_attribute_values(":gen", n(next.gen))
+        .expression_attribute_values(":deleted", AttributeValue::Bool(next.deleted))
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+    if next.job_keys.is_empty() {
+        remove.push("#job_keys");
+    } else {
+        set.push("#job_keys = :job_keys");
+        update = update.expression_attribute_values(
+            ":job_keys",
+            AttributeValue::Ss(next.job_keys.iter().cloned().collect()),
+        );
+    }
+    match &next.sequencer {
+        Some(sequencer) => {
+            set.push("#sequencer = :sequencer");
+            update = update.expression_attribute_values(":sequencer", s(sequencer));
+        }
+        None => remove.push("#sequencer"),
+    }
+    if next.deleted {
+        set.push("#expires_at = :expires_at");
+        update = update.expression_attribute_values(
+            ":expires_at",
+            n(now_ms / 1000 + crate::references::TOMBSTONE_SECS),
+        );
+    } else {
+        remove.push("#expires_at");
+    }
+    let mut expression = format!("SET {}", set.join(", "));
+    if !remove.is_empty() {
+        expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
+    }
+    update = update.update_expression(expression);
+    update = match change.seen_gen {
+        None => update
+            .condition_expression("attribute_not_exists(#k)")
+            .expression_attribute_names("#k", attr::JOB_KEY),
+        Some(gen) => update
+            .condition_expression("#gen = :seen_gen")
+            .expression_attribute_values(":seen_gen", n(gen)),
+    };
+    update.build().map_err(|e| e.to_string())
+}
+
+/// A job's count update in a reference transaction.
+fn count_update(table: &str, job_key: &str, add: bool, now_ms: u64) -> Result<Update, String> {
+    let update = Update::builder()
+        .table_name(table)
+        .key(attr::JOB_KEY, s(job_key))
+        .expression_attribute_names("#refs", ref_attr::REFS)
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+    let update = if add {
+        update
+            .update_expression("ADD #refs :one")
+            .condition_expression("#status = :done AND attribute_exists(#refs)")
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":done", s(JobStatus::Done.as_str()))
+    } else {
+        update
+            .update_expression("ADD #refs :minus_one SET #released = :now")
+            .condition_expression("#refs > :zero")
+            .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
+            .expression_attribute_values(":minus_one", AttributeValue::N("-1".into()))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":now", n(now_ms))
+    };
+    update.build().map_err(|e| e.to_string())
 }
 
 fn s(text: &str) -> AttributeValue {
@@ -126,6 +288,14 @@ impl DynamoDbTable {
             message: crate::aws::describe_error(&err),
             kind: crate::error::ErrorKind::of_sdk(&err),
         }
+    }
+
+    fn version_row(&self, row_key: &str, item: &Item) -> Result<VersionRefs, LedgerError> {
+        version_refs_from_item(item).map_err(|problem| LedgerError::MalformedRow {
+            table: self.table.clone(),
+            job_key: row_key.to_string(),
+            problem,
+        })
     }
 
     fn row(&self, job_key: &str, item: &Item) -> Result<JobRow, LedgerError> {
@@ -225,9 +395,11 @@ impl LedgerTable for DynamoDbTable {
             .key(attr::JOB_KEY, s(&request.job_key))
             .update_expression(
                 "SET #status = :running, #owner = :owner, #lease = :lease, #attempts = #attempts + :one, \
-                 #updated = :now, #step = :step, #input = :input",
+                 #updated = :now, #step = :step, #input = :input, #refs = if_not_exists(#refs, :zero)",
             )
             .condition_expression("#owner = :seen_owner AND #status = :seen_status")
+            .expression_attribute_names("#refs", ref_attr::REFS)
+            .expression_attribute_values(":zero", n(0))
             .expression_attribute_names("#status", attr::STATUS)
             .expression_attribute_names("#owner", attr::OWNER)
             .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
@@ -414,6 +586,106 @@ impl LedgerTable for DynamoDbTable {
             .map(|_| ())
             .map_err(|e| self.service_error("DeleteItem", e))
     }
+
+    async fn get_version_refs(
+        &self,
+        version: &VersionName,
+    ) -> Result<Option<VersionRefs>, LedgerError> {
+        let row_key = version.row_key();
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(&row_key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.service_error("GetItem", e))?;
+        output
+            .item()
+            .map(|item| self.version_row(&row_key, item))
+            .transpose()
+    }
+
+    async fn change_refs(
+        &self,
+        version: &VersionName,
+        change: &RefChange,
+        now_ms: u64,
+    ) -> Result<RefWrite, LedgerError> {
+        let malformed = |problem: String| LedgerError::MalformedRow {
+            table: self.table.clone(),
+            job_key: version.row_key(),
+            problem,
+        };
+        let mut items = vec![TransactWriteItem::builder()
+            .update(version_update(&self.table, version, change, now_ms).map_err(malformed)?)
+            .build()];
+        let jobs: Vec<&String> = change.add.iter().chain(&change.remove).collect();
+        for (index, job_key) in jobs.iter().enumerate() {
+            let add = index < change.add.len();
+            items.push(
+                TransactWriteItem::builder()
+                    .update(count_update(&self.table, job_key, add, now_ms).map_err(malformed)?)
+                    .build(),
+            );
+        }
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await;
+        let err = match result {
+            Ok(_) => return Ok(RefWrite::Applied),
+            Err(err) => err,
+        };
+        let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) =
+            err.as_service_error()
+        else {
+            return Err(self.service_error("TransactWriteItems", err));
+        };
+        let reasons = cancelled.cancellation_reasons();
+        let failed = |index: usize| {
+            reasons
+                .get(index)
+                .is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
+        };
+        if reasons.is_empty()
+            || reasons
+                .iter()
+                .any(|r| !matches!(r.code(), None | Some("None" | "ConditionalCheckFailed")))
+        {
+            // A conflict with another transaction, throttling: retried by
+            // the message like any transient failure.
+            return Err(self.service_error("TransactWriteItems", err));
+        }
+        let version_state = if failed(0) {
+            let row_key = version.row_key();
+            Some(
+                reasons[0]
+                    .item()
+                    .map(|item| self.version_row(&row_key, item))
+                    .transpose()?,
+            )
+        } else {
+            None
+        };
+        let mut refused = Vec::new();
+        for (index, job_key) in jobs.iter().enumerate() {
+            if failed(index + 1) {
+                let row = reasons[index + 1]
+                    .item()
+                    .map(|item| self.row(job_key, item))
+                    .transpose()?;
+                refused.push((job_key.to_string(), row));
+            }
+        }
+        Ok(RefWrite::Cancelled {
+            version: version_state,
+            refused,
+        })
+    }
 }
 
 /// A hash cache row: the version in full (so that a read can check it is
@@ -471,6 +743,8 @@ mod tests {
             updated_at_ms: 1,
             failures: 1,
             permanent: true,
+            refs: None,
+            released_at_ms: None,
         }
     }
 

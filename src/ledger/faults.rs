@@ -6,6 +6,9 @@ use std::sync::Arc;
 use super::{Claim, ClaimRequest, Conditional, Finish, JobRow, LedgerError, LedgerTable};
 use crate::faults::{Call, FaultPlan};
 use crate::identity::ObjectVersion;
+use crate::references::{RefChange, VersionName, VersionRefs};
+
+use super::RefWrite;
 
 #[derive(Debug, Clone)]
 pub struct FaultyTable {
@@ -101,5 +104,23 @@ impl LedgerTable for FaultyTable {
 
     async fn forget_input_hash(&self, version: &ObjectVersion) -> Result<(), LedgerError> {
         self.inner.forget_input_hash(version).await
+    }
+
+    async fn get_version_refs(
+        &self,
+        version: &VersionName,
+    ) -> Result<Option<VersionRefs>, LedgerError> {
+        self.check(Call::GetRefs, "GetItem", &version.key)?;
+        self.inner.get_version_refs(version).await
+    }
+
+    async fn change_refs(
+        &self,
+        version: &VersionName,
+        change: &RefChange,
+        now_ms: u64,
+    ) -> Result<RefWrite, LedgerError> {
+        self.check(Call::ChangeRefs, "TransactWriteItems", &version.key)?;
+        self.inner.change_refs(version, change, now_ms).await
     }
 }

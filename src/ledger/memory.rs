@@ -9,6 +9,9 @@ use super::{
     Claim, ClaimRequest, Conditional, Finish, JobRow, JobStatus, LedgerError, LedgerTable,
 };
 use crate::identity::ObjectVersion;
+use crate::references::{RefChange, VersionName, VersionRefs};
+
+use super::RefWrite;
 
 #[derive(Debug, Default)]
 pub struct InMemoryTable {
@@ -16,6 +19,8 @@ pub struct InMemoryTable {
     rows: Mutex<HashMap<String, JobRow>>,
     /// Hash cache rows: the version and its hash, by row key.
     hashes: Mutex<HashMap<String, (ObjectVersion, String)>>,
+    /// Version rows (references), by row key. Locked after `rows`.
+    versions: Mutex<HashMap<String, VersionRefs>>,
 }
 
 impl InMemoryTable {
@@ -24,6 +29,7 @@ impl InMemoryTable {
             name: name.into(),
             rows: Mutex::default(),
             hashes: Mutex::default(),
+            versions: Mutex::default(),
         }
     }
 
@@ -33,6 +39,10 @@ impl InMemoryTable {
 
     fn hashes(&self) -> std::sync::MutexGuard<'_, HashMap<String, (ObjectVersion, String)>> {
         self.hashes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn versions(&self) -> std::sync::MutexGuard<'_, HashMap<String, VersionRefs>> {
+        self.versions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Writes a row unconditionally (seeding a test).
@@ -79,6 +89,9 @@ impl LedgerTable for InMemoryTable {
         row.updated_at_ms = request.now_ms;
         row.step = request.step.clone();
         row.input_hash = request.input_hash.clone();
+        // A job that was never done has no references to forget: counted
+        // from here on, even on a row older than the count.
+        row.refs.get_or_insert(0);
         Ok(Conditional::Applied(row.attempts))
     }
 
@@ -166,5 +179,61 @@ impl LedgerTable for InMemoryTable {
     async fn forget_input_hash(&self, version: &ObjectVersion) -> Result<(), LedgerError> {
         self.hashes().remove(&version.row_key());
         Ok(())
+    }
+
+    async fn get_version_refs(
+        &self,
+        version: &VersionName,
+    ) -> Result<Option<VersionRefs>, LedgerError> {
+        Ok(self.versions().get(&version.row_key()).cloned())
+    }
+
+    async fn change_refs(
+        &self,
+        version: &VersionName,
+        change: &RefChange,
+        now_ms: u64,
+    ) -> Result<RefWrite, LedgerError> {
+        // Both locks for the whole transaction, `rows` first as everywhere.
+        let mut rows = self.rows();
+        let mut versions = self.versions();
+        let row_key = version.row_key();
+        let current = versions.get(&row_key);
+        let version_holds = match change.seen_gen {
+            None => current.is_none(),
+            Some(gen) => current.is_some_and(|row| row.gen == gen),
+        };
+        let mut refused = Vec::new();
+        for job_key in &change.add {
+            match rows.get(job_key) {
+                Some(row) if row.status == JobStatus::Done && row.refs.is_some() => {}
+                other => refused.push((job_key.clone(), other.cloned())),
+            }
+        }
+        for job_key in &change.remove {
+            match rows.get(job_key) {
+                Some(row) if row.refs.is_some_and(|refs| refs > 0) => {}
+                other => refused.push((job_key.clone(), other.cloned())),
+            }
+        }
+        if !version_holds || !refused.is_empty() {
+            return Ok(RefWrite::Cancelled {
+                version: (!version_holds).then(|| current.cloned()),
+                refused,
+            });
+        }
+        versions.insert(row_key, change.next.clone());
+        for job_key in &change.add {
+            if let Some(row) = rows.get_mut(job_key) {
+                row.refs = row.refs.map(|refs| refs + 1);
+            }
+        }
+        for job_key in &change.remove {
+            if let Some(row) = rows.get_mut(job_key) {
+                row.refs = row.refs.map(|refs| refs - 1);
+                row.released_at_ms = Some(now_ms);
+            }
+        }
+        Ok(RefWrite::Applied)
     }
 }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use crate::identity::ObjectVersion;
 use crate::lease::is_live;
+use crate::references::{RefChange, VersionName, VersionRefs};
 
 pub mod dynamodb;
 #[cfg(any(test, feature = "testing"))]
@@ -89,6 +90,11 @@ pub struct JobRow {
     pub failures: u64,
     /// The last failure can never succeed (an undecodable input): no retry.
     pub permanent: bool,
+    /// The object versions referencing the job's outputs; `None` on rows
+    /// written before references were counted (never collected).
+    pub refs: Option<u64>,
+    /// When the last release lowered `refs` (epoch ms).
+    pub released_at_ms: Option<u64>,
 }
 
 /// How a claim ends.
@@ -239,6 +245,9 @@ pub enum RetryError {
 }
 
 /// What a conditional write did.
+// A row travels by value once per call and is then read: boxing it would
+// only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Conditional<T> {
     /// The condition held and the write happened.
@@ -260,7 +269,8 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
     async fn put_new(&self, row: &JobRow) -> Result<Conditional<()>, LedgerError>;
 
     /// UpdateItem taking the job over: `running`, the request's owner, lease
-    /// and now, attempts + 1 (the row's `output_prefix` is kept);
+    /// and now, attempts + 1, `refs` 0 when the row has none (a job never
+    /// done has no references; the row's `output_prefix` is kept);
     /// conditioned on `owner` and `status` being those of `seen`. Applied:
     /// the attempts after the update.
     async fn take_over(
@@ -311,6 +321,37 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
     /// DeleteItem of an object version's hash cache row (its bytes were
     /// found to hash otherwise).
     async fn forget_input_hash(&self, version: &ObjectVersion) -> Result<(), LedgerError>;
+
+    /// GetItem (consistent) of a version's references row.
+    async fn get_version_refs(
+        &self,
+        version: &VersionName,
+    ) -> Result<Option<VersionRefs>, LedgerError>;
+
+    /// TransactWriteItems applying `change`: the version row as
+    /// `change.next` (conditioned on `gen` = `change.seen_gen`, or on no row),
+    /// `refs` + 1 on each added job (conditioned on `status = done` and a
+    /// counted `refs`), `refs` − 1 and `released_at_ms` on each removed one
+    /// (conditioned on `refs > 0`). All or nothing.
+    async fn change_refs(
+        &self,
+        version: &VersionName,
+        change: &RefChange,
+        now_ms: u64,
+    ) -> Result<RefWrite, LedgerError>;
+}
+
+/// What a reference transaction came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefWrite {
+    Applied,
+    /// Nothing was written. `version`: `Some` when the version row was not
+    /// as read, with the row as it is (`None`: there is none). `refused`:
+    /// the jobs whose condition failed, with their row (`None`: no row).
+    Cancelled {
+        version: Option<Option<VersionRefs>>,
+        refused: Vec<(String, Option<JobRow>)>,
+    },
 }
 
 /// The claim ledger: the claim algorithm over a [`LedgerTable`].
@@ -381,6 +422,24 @@ impl Ledger {
         self.table.forget_input_hash(version).await
     }
 
+    /// A version's references row.
+    pub async fn version_refs(
+        &self,
+        version: &VersionName,
+    ) -> Result<Option<VersionRefs>, LedgerError> {
+        self.table.get_version_refs(version).await
+    }
+
+    /// Applies a change to a version's references (one transaction).
+    pub async fn change_refs(
+        &self,
+        version: &VersionName,
+        change: &RefChange,
+        now_ms: u64,
+    ) -> Result<RefWrite, LedgerError> {
+        self.table.change_refs(version, change, now_ms).await
+    }
+
     /// Claims a job: one put for a new key; for an existing one, the row
     /// returned with the failed condition decides, and a takeover is one
     /// more update.
@@ -398,6 +457,9 @@ impl Ledger {
             updated_at_ms: request.now_ms,
             failures: 0,
             permanent: false,
+            // Counted from the start: the first reference makes it 1.
+            refs: Some(0),
+            released_at_ms: None,
         };
         // Twice at most: a row deleted between the failed put and the read
         // (a released claim) means the key is free again, so claim anew.
@@ -570,6 +632,8 @@ mod tests {
             updated_at_ms: 1,
             failures: 0,
             permanent: false,
+            refs: None,
+            released_at_ms: None,
         }
     }
 
@@ -754,6 +818,20 @@ mod tests {
         }
         async fn forget_input_hash(&self, version: &ObjectVersion) -> Result<(), LedgerError> {
             self.inner.forget_input_hash(version).await
+        }
+        async fn get_version_refs(
+            &self,
+            version: &VersionName,
+        ) -> Result<Option<VersionRefs>, LedgerError> {
+            self.inner.get_version_refs(version).await
+        }
+        async fn change_refs(
+            &self,
+            version: &VersionName,
+            change: &RefChange,
+            now_ms: u64,
+        ) -> Result<RefWrite, LedgerError> {
+            self.inner.change_refs(version, change, now_ms).await
         }
     }
 
