@@ -21,6 +21,7 @@ pub const ENV_LEASE_MARGIN_SECS: &str = "MEDIAONCE_LEASE_MARGIN_SECS";
 pub const ENV_LEASE_SECS: &str = "MEDIAONCE_LEASE_SECS";
 pub const ENV_MAX_ATTEMPTS: &str = "MEDIAONCE_MAX_ATTEMPTS";
 pub const ENV_DEADLINE_MARGIN_SECS: &str = "MEDIAONCE_DEADLINE_MARGIN_SECS";
+pub const ENV_RELEASE_ON_DELETE_MARKER: &str = "MEDIAONCE_RELEASE_ON_DELETE_MARKER";
 pub use crate::identity::{IdentityMode, ENV_IDENTITY};
 /// Owned by the thumbnail step, which is built with it.
 pub use crate::steps::thumbnail::{DEFAULT_MAX_PIXELS, ENV_MAX_PIXELS};
@@ -99,6 +100,10 @@ pub struct Config {
     pub expected_bucket_owner: Option<String>,
     /// How a job is keyed when S3 has no full-object SHA-256 of its input.
     pub identity: IdentityMode,
+    /// Whether a delete marker releases the references of every version of
+    /// its key (by default it releases nothing: the versions still exist
+    /// and can be restored).
+    pub release_on_delete_marker: bool,
 }
 
 impl Config {
@@ -178,8 +183,20 @@ impl Config {
             .map(|text| IdentityMode::parse(&text).map_err(|p| invalid(ENV_IDENTITY, p)))
             .transpose()?
             .unwrap_or_default();
+        let release_on_delete_marker =
+            match get(ENV_RELEASE_ON_DELETE_MARKER).as_deref().map(str::trim) {
+                None | Some("false") => false,
+                Some("true") => true,
+                Some(other) => {
+                    return Err(invalid(
+                        ENV_RELEASE_ON_DELETE_MARKER,
+                        format!("must be true or false, not {other:?}"),
+                    ))
+                }
+            };
         Ok(Config {
             identity,
+            release_on_delete_marker,
             table,
             output_bucket,
             output_prefix,
@@ -383,6 +400,7 @@ mod tests {
         assert_eq!(c.deadline_margin, Duration::from_secs(5));
         assert_eq!(c.expected_bucket_owner, None);
         assert_eq!(c.identity, IdentityMode::Auto);
+        assert!(!c.release_on_delete_marker);
     }
 
     #[test]
@@ -416,6 +434,10 @@ mod tests {
         );
         let c = config(&[(ENV_TABLE, "t"), (ENV_IDENTITY, "content")]).unwrap();
         assert_eq!(c.identity, IdentityMode::Content);
+        let e = config(&[(ENV_TABLE, "t"), (ENV_RELEASE_ON_DELETE_MARKER, "yes")]).unwrap_err();
+        assert_eq!(e.variable, ENV_RELEASE_ON_DELETE_MARKER);
+        let c = config(&[(ENV_TABLE, "t"), (ENV_RELEASE_ON_DELETE_MARKER, "true")]).unwrap();
+        assert!(c.release_on_delete_marker);
         let e = config(&[
             (ENV_TABLE, "t"),
             (ENV_RECIPES, r#"[{"step":"nope","version":1,"params":{}}]"#),

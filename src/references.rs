@@ -33,6 +33,8 @@ pub mod attr {
     pub const JOB_KEYS: &str = "job_keys";
     /// S: the sequencer of the last event applied, normalised.
     pub const SEQUENCER: &str = "sequencer";
+    /// S: the ETag of the bytes the references belong to.
+    pub const ETAG: &str = "etag";
     /// N: bumped by every change; a change is conditioned on the one read.
     pub const GEN: &str = "gen";
     /// BOOL: the version was deleted (a tombstone).
@@ -101,6 +103,8 @@ pub struct VersionRefs {
     pub job_keys: BTreeSet<String>,
     /// Normalised ([`normalised_sequencer`]); `None` when no event carried one.
     pub sequencer: Option<String>,
+    /// The ETag of the bytes whose jobs are referenced (unquoted).
+    pub etag: Option<String>,
     pub gen: u64,
     pub deleted: bool,
 }
@@ -137,19 +141,24 @@ fn latest(a: Option<&String>, b: Option<&String>) -> Option<String> {
     }
 }
 
-/// What a create of `version` (sequencer `sequencer`), whose jobs `wanted`
-/// ran or were reused, does to its row `current`. `None`: nothing.
+/// What a create of `version` (sequencer `sequencer`, bytes with ETag
+/// `etag`), whose jobs `wanted` ran or were reused, does to its row
+/// `current`. `None`: nothing.
 ///
 /// - A version deleted by a later event (or, unversioned, overwritten by a
 ///   later create) keeps its row: this create is stale.
 /// - Otherwise the wanted jobs are added. In an unversioned bucket a later
 ///   create is an overwrite: the jobs of the old bytes that are not wanted
-///   now are removed.
+///   now are removed. A create whose ETag differs from the row's, with no
+///   sequencer saying it is older, is a later one too: the handler keys
+///   only the bytes the key holds when it is handled (a create whose
+///   bytes were replaced since is skipped before this).
 pub fn on_create(
     version: &VersionName,
     current: Option<&VersionRefs>,
     wanted: &BTreeSet<String>,
     sequencer: Option<&str>,
+    etag: Option<&str>,
 ) -> Option<RefChange> {
     let sequencer = sequencer.map(normalised_sequencer);
     let empty = VersionRefs::default();
@@ -167,7 +176,11 @@ pub fn on_create(
         // Its bytes were overwritten since: they are not what the key holds.
         return None;
     }
-    let overwrite = version.is_unversioned() && (newer_than_row || row.deleted);
+    let other_bytes = match (etag, row.etag.as_deref()) {
+        (Some(new), Some(old)) => new != old,
+        _ => false,
+    };
+    let overwrite = version.is_unversioned() && (newer_than_row || other_bytes || row.deleted);
     let kept: BTreeSet<String> = if row.deleted {
         BTreeSet::new()
     } else {
@@ -180,7 +193,13 @@ pub fn on_create(
         Vec::new()
     };
     let next_sequencer = latest(sequencer.as_ref(), row.sequencer.as_ref());
-    if add.is_empty() && remove.is_empty() && next_sequencer == row.sequencer && !row.deleted {
+    let next_etag = etag.map(str::to_string).or_else(|| row.etag.clone());
+    if add.is_empty()
+        && remove.is_empty()
+        && next_sequencer == row.sequencer
+        && next_etag == row.etag
+        && !row.deleted
+    {
         return None;
     }
     let mut job_keys = kept;
@@ -193,6 +212,7 @@ pub fn on_create(
         next: VersionRefs {
             job_keys,
             sequencer: next_sequencer,
+            etag: next_etag,
             gen: row.gen + 1,
             deleted: false,
         },
@@ -220,6 +240,7 @@ pub fn on_delete(current: Option<&VersionRefs>, sequencer: Option<&str>) -> Opti
         next: VersionRefs {
             job_keys: BTreeSet::new(),
             sequencer: latest(sequencer.as_ref(), row.sequencer.as_ref()),
+            etag: None,
             gen: row.gen + 1,
             deleted: true,
         },
@@ -255,6 +276,7 @@ mod tests {
         VersionRefs {
             job_keys: keys(job_keys),
             sequencer: Some(normalised_sequencer(sequencer)),
+            etag: None,
             gen,
             deleted,
         }
@@ -286,7 +308,7 @@ mod tests {
 
     #[test]
     fn a_first_create_adds_every_job_once() {
-        let change = on_create(&versioned(), None, &keys(&["J1", "J2"]), Some("10")).unwrap();
+        let change = on_create(&versioned(), None, &keys(&["J1", "J2"]), Some("10"), None).unwrap();
         assert_eq!(change.seen_gen, None);
         assert_eq!(change.add, ["J1", "J2"]);
         assert!(change.remove.is_empty());
@@ -294,11 +316,24 @@ mod tests {
         // Delivered again: nothing.
         let now = change.next;
         assert_eq!(
-            on_create(&versioned(), Some(&now), &keys(&["J1", "J2"]), Some("10")),
+            on_create(
+                &versioned(),
+                Some(&now),
+                &keys(&["J1", "J2"]),
+                Some("10"),
+                None
+            ),
             None
         );
         // A recipe added since: only its job.
-        let more = on_create(&versioned(), Some(&now), &keys(&["J1", "J3"]), Some("10")).unwrap();
+        let more = on_create(
+            &versioned(),
+            Some(&now),
+            &keys(&["J1", "J3"]),
+            Some("10"),
+            None,
+        )
+        .unwrap();
         assert_eq!((more.add, more.remove), (vec!["J3".to_string()], vec![]));
         assert_eq!(more.seen_gen, Some(1));
     }
@@ -306,7 +341,14 @@ mod tests {
     #[test]
     fn an_unversioned_overwrite_releases_the_old_bytes_jobs() {
         let old = row(&["OLD"], "10", 1, false);
-        let change = on_create(&unversioned(), Some(&old), &keys(&["NEW"]), Some("20")).unwrap();
+        let change = on_create(
+            &unversioned(),
+            Some(&old),
+            &keys(&["NEW"]),
+            Some("20"),
+            None,
+        )
+        .unwrap();
         assert_eq!(
             (change.add, change.remove),
             (vec!["NEW".to_string()], vec!["OLD".to_string()])
@@ -315,11 +357,17 @@ mod tests {
         // The old create arriving after the overwrite changes nothing.
         let now = row(&["NEW"], "20", 2, false);
         assert_eq!(
-            on_create(&unversioned(), Some(&now), &keys(&["OLD"]), Some("10")),
+            on_create(
+                &unversioned(),
+                Some(&now),
+                &keys(&["OLD"]),
+                Some("10"),
+                None
+            ),
             None
         );
         // A versioned row is never overwritten: same version, same bytes.
-        let v = on_create(&versioned(), Some(&old), &keys(&["NEW"]), Some("20")).unwrap();
+        let v = on_create(&versioned(), Some(&old), &keys(&["NEW"]), Some("20"), None).unwrap();
         assert!(v.remove.is_empty());
     }
 
@@ -344,30 +392,71 @@ mod tests {
         assert!(change.remove.is_empty());
         let tomb = change.next;
         assert_eq!(
-            on_create(&versioned(), Some(&tomb), &keys(&["J"]), Some("10")),
+            on_create(&versioned(), Some(&tomb), &keys(&["J"]), Some("10"), None),
             None
         );
         assert_eq!(
-            on_create(&unversioned(), Some(&tomb), &keys(&["J"]), Some("10")),
+            on_create(&unversioned(), Some(&tomb), &keys(&["J"]), Some("10"), None),
             None
         );
         // Unversioned, uploaded again after the delete: a live row again.
-        let again = on_create(&unversioned(), Some(&tomb), &keys(&["J"]), Some("30")).unwrap();
+        let again =
+            on_create(&unversioned(), Some(&tomb), &keys(&["J"]), Some("30"), None).unwrap();
         assert_eq!(again.add, ["J"]);
         assert!(!again.next.deleted);
         // A versioned version never comes back.
         assert_eq!(
-            on_create(&versioned(), Some(&tomb), &keys(&["J"]), Some("30")),
+            on_create(&versioned(), Some(&tomb), &keys(&["J"]), Some("30"), None),
             None
         );
     }
 
     #[test]
+    fn other_bytes_without_a_later_sequencer_are_an_overwrite() {
+        // Emulators and some S3-compatible stores repeat one sequencer.
+        let old = VersionRefs {
+            etag: Some("aaa".into()),
+            ..row(&["OLD"], "10", 1, false)
+        };
+        let change = on_create(
+            &unversioned(),
+            Some(&old),
+            &keys(&["NEW"]),
+            Some("10"),
+            Some("bbb"),
+        )
+        .unwrap();
+        assert_eq!(
+            (change.add, change.remove),
+            (vec!["NEW".to_string()], vec!["OLD".to_string()])
+        );
+        assert_eq!(change.next.etag.as_deref(), Some("bbb"));
+        // The same bytes again: nothing.
+        let same = on_create(
+            &unversioned(),
+            Some(&old),
+            &keys(&["OLD"]),
+            Some("10"),
+            Some("aaa"),
+        );
+        assert_eq!(same, None);
+        // An older sequencer still loses, whatever its ETag.
+        let late = on_create(
+            &unversioned(),
+            Some(&old),
+            &keys(&["NEW"]),
+            Some("05"),
+            Some("bbb"),
+        );
+        assert_eq!(late, None);
+    }
+
+    #[test]
     fn events_without_sequencers_still_apply_once() {
-        let change = on_create(&versioned(), None, &keys(&["J"]), None).unwrap();
+        let change = on_create(&versioned(), None, &keys(&["J"]), None, None).unwrap();
         let now = change.next;
         assert_eq!(
-            on_create(&versioned(), Some(&now), &keys(&["J"]), None),
+            on_create(&versioned(), Some(&now), &keys(&["J"]), None, None),
             None
         );
         let gone = on_delete(Some(&now), None).unwrap();

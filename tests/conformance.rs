@@ -274,7 +274,7 @@ async fn references_contract(table: &impl LedgerTable) {
         version_id: None,
     };
     let wanted: BTreeSet<String> = ["ref-a".to_string(), "ref-b".to_string()].into();
-    let create = references::on_create(&version, None, &wanted, Some("0A")).unwrap();
+    let create = references::on_create(&version, None, &wanted, Some("0A"), Some("e1")).unwrap();
     assert_eq!(table.get_version_refs(&version).await.unwrap(), None);
     assert_eq!(
         table.change_refs(&version, &create, 10).await.unwrap(),
@@ -303,7 +303,7 @@ async fn references_contract(table: &impl LedgerTable) {
         .iter()
         .map(|k| k.to_string())
         .collect();
-    let change = references::on_create(&other, None, &keys, None).unwrap();
+    let change = references::on_create(&other, None, &keys, None, None).unwrap();
     let RefWrite::Cancelled {
         version: v,
         refused,

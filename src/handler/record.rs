@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::identify::{forget_if_disproved, identify};
 use super::job::{elapsed_ms, BatchJobs, JobRun};
-use super::references::{record_create, release, reuse_if_referenced};
+use super::references::{record_create, release, release_every_version, reuse_if_referenced};
 use super::log::log_job;
 use super::{App, Invocation, JobReport, MessageReport, Outcome};
 use crate::config::RecipeRule;
@@ -82,6 +82,18 @@ async fn process_record(
                 }
                 Err(err) => {
                     tracing::warn!(message_id, version = %version, event, error = %err, "releasing references failed: the message comes back");
+                    (Vec::new(), Some(err))
+                }
+            };
+        }
+        EventKind::DeleteMarker if app.config.release_on_delete_marker => {
+            return match release_every_version(app, &version, record.sequencer.as_deref()).await {
+                Ok(released) => {
+                    tracing::info!(message_id, bucket, key, event, released = ?released, "delete marker: every version's references released");
+                    (Vec::new(), None)
+                }
+                Err(err) => {
+                    tracing::warn!(message_id, bucket, key, event, error = %err, "releasing references failed: the message comes back");
                     (Vec::new(), Some(err))
                 }
             };
@@ -189,7 +201,8 @@ async fn process_record(
             .iter()
             .map(|rule| job_key(&fingerprint.input_hash, &rule.recipe_hash))
             .collect();
-        if reuse_if_referenced(app, &version, &keys, record.sequencer.as_deref()).await {
+        let etag = identified.bytes.head.etag.as_str();
+        if reuse_if_referenced(app, &version, &keys, record.sequencer.as_deref(), etag).await {
             let reports: Vec<JobReport> = rules
                 .iter()
                 .map(|rule| JobReport {
@@ -237,7 +250,14 @@ async fn process_record(
         reports.push(report);
     }
     forget_if_disproved(app, &identified).await;
-    record_create(app, &version, record.sequencer.as_deref(), &mut reports).await;
+    record_create(
+        app,
+        &version,
+        record.sequencer.as_deref(),
+        &identified.bytes.head.etag,
+        &mut reports,
+    )
+    .await;
     for report in &reports {
         log_job(report, message_id, &object);
     }

@@ -24,6 +24,7 @@ pub(super) async fn record_create(
     app: &App,
     version: &VersionName,
     sequencer: Option<&str>,
+    etag: &str,
     reports: &mut [JobReport],
 ) {
     let mut wanted: BTreeSet<String> = reports
@@ -38,7 +39,8 @@ pub(super) async fn record_create(
     // returns it.
     let mut current: Option<VersionRefs> = None;
     for _ in 0..ATTEMPTS {
-        let Some(change) = on_create(version, current.as_ref(), &wanted, sequencer) else {
+        let Some(change) = on_create(version, current.as_ref(), &wanted, sequencer, Some(etag))
+        else {
             return;
         };
         match app.ledger.change_refs(version, &change, app.now_ms()).await {
@@ -99,10 +101,12 @@ pub(super) async fn reuse_if_referenced(
     version: &VersionName,
     job_keys: &BTreeSet<String>,
     sequencer: Option<&str>,
+    etag: &str,
 ) -> bool {
     let mut current: Option<VersionRefs> = None;
     for _ in 0..2 {
-        let Some(change) = on_create(version, current.as_ref(), job_keys, sequencer) else {
+        let Some(change) = on_create(version, current.as_ref(), job_keys, sequencer, Some(etag))
+        else {
             // Already references every job (each was done when referenced,
             // and a referenced job is never collected).
             return current.is_some_and(|row| !row.deleted);
@@ -172,4 +176,27 @@ pub(super) async fn release(
     Err(format!(
         "releasing the references of {version} failed: its row kept changing"
     ))
+}
+
+/// Releases the references of every version of `marker`'s key that still
+/// exists (a delete marker, with `MEDIAONCE_RELEASE_ON_DELETE_MARKER`).
+pub(super) async fn release_every_version(
+    app: &App,
+    marker: &VersionName,
+    sequencer: Option<&str>,
+) -> Result<Vec<String>, String> {
+    let versions = app
+        .store
+        .versions_of(&marker.bucket, &marker.key)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut released = Vec::new();
+    for version_id in versions {
+        let version = VersionName {
+            version_id,
+            ..marker.clone()
+        };
+        released.extend(release(app, &version, sequencer).await?);
+    }
+    Ok(released)
 }

@@ -144,9 +144,15 @@ fn version_refs_from_item(item: &Item) -> Result<VersionRefs, String> {
         item.get(ref_attr::DELETED),
         Some(AttributeValue::Bool(true))
     );
+    let etag = match item.get(ref_attr::ETAG) {
+        None => None,
+        Some(AttributeValue::S(text)) => Some(text.clone()),
+        Some(_) => return Err(format!("attribute {} is not a string", ref_attr::ETAG)),
+    };
     Ok(VersionRefs {
         job_keys,
         sequencer,
+        etag,
         gen,
         deleted,
     })
@@ -179,6 +185,7 @@ fn version_update(
         .expression_attribute_names("#job_keys", ref_attr::JOB_KEYS)
         .expression_attribute_names("#sequencer", ref_attr::SEQUENCER)
         .expression_attribute_names("#expires_at", ref_attr::EXPIRES_AT)
+        .expression_attribute_names("#etag", ref_attr::ETAG)
         .expression_attribute_values(":bucket", s(&version.bucket))
         .expression_attribute_values(":object_key", s(&version.key))
         .expression_attribute_values(
@@ -203,6 +210,13 @@ fn version_update(
             update = update.expression_attribute_values(":sequencer", s(sequencer));
         }
         None => remove.push("#sequencer"),
+    }
+    match &next.etag {
+        Some(etag) => {
+            set.push("#etag = :etag");
+            update = update.expression_attribute_values(":etag", s(etag));
+        }
+        None => remove.push("#etag"),
     }
     if next.deleted {
         set.push("#expires_at = :expires_at");

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use aws_sdk_s3::primitives::ByteStream;
 
-use super::{ErrorKind, GetError, HeadError, ObjectClient, ObjectRef, PutError};
+use super::{
+    ErrorKind, GetError, HeadError, ListError, ObjectClient, ObjectRef, PutError, VersionsPage,
+};
 use crate::faults::{Call, FaultPlan};
 use crate::fingerprint::ObjectHead;
 
@@ -100,5 +102,14 @@ impl ObjectClient for FaultyObjects {
             });
         }
         self.inner.put_object(bucket, key, content_type, body).await
+    }
+
+    async fn list_object_versions(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        from: Option<&(String, String)>,
+    ) -> Result<VersionsPage, ListError> {
+        self.inner.list_object_versions(bucket, prefix, from).await
     }
 }

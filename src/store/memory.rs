@@ -3,6 +3,7 @@
 //! checksum for objects inserted with one), and which refuses a call to a
 //! bucket another account owns with S3's 403 when an owner is expected.
 
+use super::{ListError, VersionsPage};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -212,5 +213,22 @@ impl ObjectClient for Arc<InMemoryObjects> {
             },
         );
         Ok(())
+    }
+
+    /// Objects here are unversioned: each is its `null` version.
+    async fn list_object_versions(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        _from: Option<&(String, String)>,
+    ) -> Result<VersionsPage, ListError> {
+        Ok(VersionsPage {
+            versions: self
+                .keys(bucket, prefix)
+                .into_iter()
+                .map(|key| (key, None))
+                .collect(),
+            next: None,
+        })
     }
 }

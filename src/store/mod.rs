@@ -70,6 +70,25 @@ pub struct PutError {
     pub kind: ErrorKind,
 }
 
+#[derive(Debug, thiserror::Error)]
+#[error("ListObjectVersions s3://{bucket}/{prefix} failed: {message}")]
+pub struct ListError {
+    pub bucket: String,
+    pub prefix: String,
+    pub message: String,
+    pub kind: ErrorKind,
+}
+
+/// One page of ListObjectVersions: the versions (not delete markers) of
+/// the keys under a prefix, and where the next page starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VersionsPage {
+    /// (key, version id; `None` for S3's `null` version).
+    pub versions: Vec<(String, Option<String>)>,
+    /// The key and version id markers of the next page, if there is one.
+    pub next: Option<(String, String)>,
+}
+
 /// The account every S3 call names as the bucket's owner, when set.
 pub const ENV_EXPECTED_BUCKET_OWNER: &str = "MEDIAONCE_EXPECTED_BUCKET_OWNER";
 
@@ -110,6 +129,15 @@ pub trait ObjectClient: Send + Sync + std::fmt::Debug {
         content_type: &str,
         body: ByteStream,
     ) -> Result<(), PutError>;
+
+    /// ListObjectVersions of `prefix`, one page, from `from` (the previous
+    /// page's `next`).
+    async fn list_object_versions(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        from: Option<&(String, String)>,
+    ) -> Result<VersionsPage, ListError>;
 }
 
 /// The object client the handler and the steps share.
@@ -145,6 +173,32 @@ impl ObjectStore {
         range: Range<u64>,
     ) -> Result<Vec<u8>, GetError> {
         self.client.get_object_range(object, range).await
+    }
+
+    /// Every version (not delete markers) of exactly `key`, all pages.
+    pub async fn versions_of(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Vec<Option<String>>, ListError> {
+        let mut versions = Vec::new();
+        let mut from = None;
+        loop {
+            let page = self
+                .client
+                .list_object_versions(bucket, key, from.as_ref())
+                .await?;
+            versions.extend(
+                page.versions
+                    .into_iter()
+                    .filter(|(listed, _)| listed == key)
+                    .map(|(_, version)| version),
+            );
+            match page.next {
+                Some(next) => from = Some(next),
+                None => return Ok(versions),
+            }
+        }
     }
 
     pub async fn put(

@@ -9,7 +9,10 @@ use aws_sdk_s3::Client;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_runtime_api::http::Response;
 
-use super::{owner_mismatch, ErrorKind, GetError, HeadError, ObjectClient, ObjectRef, PutError};
+use super::{
+    owner_mismatch, ErrorKind, GetError, HeadError, ListError, ObjectClient, ObjectRef, PutError,
+    VersionsPage,
+};
 use crate::aws::describe_error;
 use crate::fingerprint::ObjectHead;
 
@@ -192,5 +195,50 @@ impl ObjectClient for S3Objects {
                 message: self.describe(&err),
                 kind: ErrorKind::of_sdk(&err),
             })
+    }
+
+    async fn list_object_versions(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        from: Option<&(String, String)>,
+    ) -> Result<VersionsPage, ListError> {
+        let output = self
+            .client
+            .list_object_versions()
+            .bucket(bucket)
+            .prefix(prefix)
+            .set_key_marker(from.map(|(key, _)| key.clone()))
+            .set_version_id_marker(from.map(|(_, version)| version.clone()))
+            .set_expected_bucket_owner(self.expected_bucket_owner.clone())
+            .send()
+            .await
+            .map_err(|err| ListError {
+                bucket: bucket.to_string(),
+                prefix: prefix.to_string(),
+                message: self.describe(&err),
+                kind: ErrorKind::of_sdk(&err),
+            })?;
+        let versions = output
+            .versions()
+            .iter()
+            .filter_map(|v| {
+                let key = v.key()?.to_string();
+                let version = v
+                    .version_id()
+                    .filter(|id| *id != "null")
+                    .map(str::to_string);
+                Some((key, version))
+            })
+            .collect();
+        let next = if output.is_truncated() == Some(true) {
+            output
+                .next_key_marker()
+                .zip(output.next_version_id_marker())
+                .map(|(key, version)| (key.to_string(), version.to_string()))
+        } else {
+            None
+        };
+        Ok(VersionsPage { versions, next })
     }
 }

@@ -8,7 +8,9 @@ use aws_sdk_dynamodb::config::{ConfigBag, Intercept};
 use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_s3::primitives::ByteStream;
 use mediaonce::fingerprint::ObjectHead;
-use mediaonce::store::{GetError, HeadError, ObjectClient, ObjectRef, PutError};
+use mediaonce::store::{
+    GetError, HeadError, ListError, ObjectClient, ObjectRef, PutError, VersionsPage,
+};
 
 /// Counts DynamoDB calls made through a client (one per operation, not per
 /// retry attempt).
@@ -87,5 +89,14 @@ impl ObjectClient for ReadCounter {
         body: ByteStream,
     ) -> Result<(), PutError> {
         self.inner.put_object(bucket, key, content_type, body).await
+    }
+
+    async fn list_object_versions(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        from: Option<&(String, String)>,
+    ) -> Result<VersionsPage, ListError> {
+        self.inner.list_object_versions(bucket, prefix, from).await
     }
 }
