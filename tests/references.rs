@@ -6,7 +6,6 @@
 mod common;
 
 use aws_lambda_events::event::sqs::SqsMessage;
-use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
 use common::{Options, Pipeline};
 use mediaonce::config::ENV_RELEASE_ON_DELETE_MARKER;
 use mediaonce::handler::Outcome;
