@@ -11,6 +11,7 @@
 //! - [`job`]: one job: claim → step → manifest → finish;
 //! - [`references`]: after a create's jobs, the version's references; a
 //!   removal's release;
+//! - [`outputs`]: where an object's outputs are (`mediaonce outputs`);
 //! - [`busy`]: handing a busy message back for when its holder is done;
 //! - [`log`]: the one log event of each job outcome.
 //!
@@ -37,10 +38,12 @@ mod busy;
 mod identify;
 mod job;
 mod log;
+mod outputs;
 mod record;
 mod references;
 
 pub use batch::handle_batch;
+pub use outputs::RecipeOutputs;
 
 /// The invocation a batch arrived in.
 #[derive(Debug, Clone, Default)]
@@ -148,7 +151,11 @@ impl App {
     /// the AWS clients, then checks the table, so that a misconfiguration
     /// fails at start-up with its name.
     pub async fn from_env(steps: StepRegistry) -> Result<Self, StartupError> {
-        let config = Config::from_env(&steps)?;
+        App::from_config(Config::from_env(&steps)?).await
+    }
+
+    /// The AWS clients for `config`, the table checked.
+    pub async fn from_config(config: Config) -> Result<Self, StartupError> {
         let sdk = crate::aws::load_sdk_config().await;
         let app = App::new(
             config.clone(),

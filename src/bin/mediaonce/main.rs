@@ -10,13 +10,15 @@ use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use clap::{Parser, Subcommand};
-use mediaonce::config::ENV_TABLE;
+use mediaonce::config::{Config, ENV_RECIPES, ENV_TABLE};
 use mediaonce::key::{check_input_hash, job_key, Recipe};
 use mediaonce::lease::{Clock, SystemClock};
 use mediaonce::ledger::Ledger;
 use mediaonce::steps::StepRegistry;
 use mediaonce::upload::{UploadOptions, DEFAULT_PART_SIZE, MIN_PART_SIZE, SINGLE_PUT_MAX};
+use mediaonce::Outcome;
 use mediaonce::{handle_batch, App, Invocation};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 #[derive(Parser)]
 #[command(
@@ -53,6 +55,32 @@ enum Command {
     Retry {
         /// The job key.
         job_key: String,
+    },
+    /// Print, for every configured recipe that matches the object's key, the
+    /// job it is keyed to, the job's status and references, its output
+    /// prefix and its manifest's files, as JSON. Needs the handler's
+    /// configuration (MEDIAONCE_TABLE, MEDIAONCE_OUTPUT_BUCKET, ...).
+    Outputs {
+        /// The object: s3://bucket/key.
+        object: String,
+        /// A version of it (default: the current one).
+        #[arg(long)]
+        version_id: Option<String>,
+    },
+    /// Run the object's matching recipes (or the one given) now, in-process,
+    /// exactly as the handler would for its upload: keyed, claimed, run or
+    /// reused, referenced. Prints one JSON line per job; pressing it twice
+    /// runs once. Exit 1 unless every job ran or was reused.
+    Reprocess {
+        /// The object: s3://bucket/key.
+        object: String,
+        /// A version of it (default: the current one).
+        #[arg(long)]
+        version_id: Option<String>,
+        /// Only this recipe, {"step": ..., "version": ..., "params": {...}},
+        /// instead of the configured ones.
+        #[arg(long)]
+        recipe: Option<String>,
     },
     /// Upload a file so that its jobs are keyed by its content: one PUT
     /// carrying its SHA-256 (which S3 verifies and keeps) up to 5 GiB, else
@@ -111,6 +139,12 @@ fn main() -> ExitCode {
             }
         }
         Command::Invoke { event } => invoke(&event),
+        Command::Outputs { object, version_id } => outputs(&object, version_id),
+        Command::Reprocess {
+            object,
+            version_id,
+            recipe,
+        } => reprocess(&object, version_id, recipe),
         Command::Upload {
             file,
             destination,
@@ -264,17 +298,133 @@ fn invoke(path: &PathBuf) -> ExitCode {
     })
 }
 
+fn outputs(location: &str, version_id: Option<String>) -> ExitCode {
+    let Some((bucket, key)) = s3_object(location) else {
+        return fail(format!(
+            "outputs: {location:?} is not an s3://bucket/key object"
+        ));
+    };
+    // Logs go to stderr; stdout carries the JSON.
+    lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::stderr);
+    block_on(async {
+        let app = match App::from_env(StepRegistry::builtin()).await {
+            Ok(app) => app,
+            Err(e) => return fail(format!("outputs: {e}")),
+        };
+        let object = mediaonce::store::ObjectRef {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            version_id,
+            if_match: None,
+        };
+        match app.outputs_of(&object).await {
+            Ok(found) => match serde_json::to_string_pretty(&found) {
+                Ok(json) => {
+                    println!("{json}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(format!("outputs: {e}")),
+            },
+            Err(e) => fail(format!("outputs: {e}")),
+        }
+    })
+}
+
+fn reprocess(location: &str, version_id: Option<String>, recipe: Option<String>) -> ExitCode {
+    let Some((bucket, key)) = s3_object(location) else {
+        return fail(format!(
+            "reprocess: {location:?} is not an s3://bucket/key object"
+        ));
+    };
+    lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::stderr);
+    let steps = StepRegistry::builtin();
+    let config = match &recipe {
+        // The one recipe, for every key, instead of the configured ones.
+        Some(json) => Config::from_lookup(
+            |name| {
+                if name == ENV_RECIPES {
+                    Some(format!("[{json}]"))
+                } else {
+                    std::env::var(name).ok()
+                }
+            },
+            &steps,
+        ),
+        None => Config::from_env(&steps),
+    };
+    let config = match config {
+        Ok(config) => config,
+        Err(e) => return fail(format!("reprocess: {e}")),
+    };
+    // The notification S3 would have sent for the object (keys are
+    // form-encoded in S3's events).
+    let encoded = utf8_percent_encode(key, EVENT_KEY).to_string();
+    let body = serde_json::json!({"Records": [{
+        "eventSource": "aws:s3",
+        "eventName": "ObjectCreated:Put",
+        "s3": {"bucket": {"name": bucket}, "object": {"key": encoded, "versionId": version_id}},
+    }]});
+    let mut message = aws_lambda_events::event::sqs::SqsMessage::default();
+    message.message_id = Some(format!("reprocess-{}", std::process::id()));
+    message.body = Some(body.to_string());
+    let mut event = SqsEvent::default();
+    event.records = vec![message];
+    block_on(async {
+        let app = match App::from_config(config).await {
+            Ok(app) => Arc::new(app),
+            Err(e) => return fail(format!("reprocess: {e}")),
+        };
+        let invocation = Invocation {
+            request_id: format!("reprocess-{}", std::process::id()),
+            deadline_ms: None,
+        };
+        let report = handle_batch(app, event, invocation).await;
+        let mut all_done = true;
+        for job in report.jobs() {
+            all_done &= matches!(job.outcome, Outcome::Ran | Outcome::Reused);
+            match serde_json::to_string(job) {
+                Ok(line) => println!("{line}"),
+                Err(e) => return fail(format!("reprocess: {e}")),
+            }
+        }
+        if let Some(error) = report.messages.iter().find_map(|m| m.error.clone()) {
+            return fail(format!("reprocess: {error}"));
+        }
+        if report.jobs().next().is_none() {
+            return fail(format!("reprocess: no recipe matches {location}"));
+        }
+        if all_done {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
+    })
+}
+
+/// What S3 percent-encodes in an event's key (all but unreserved
+/// characters and `/`).
+const EVENT_KEY: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
+
+/// `s3://bucket/key` split, when it is one.
+fn s3_object(location: &str) -> Option<(&str, &str)> {
+    location
+        .strip_prefix("s3://")
+        .and_then(|rest| rest.split_once('/'))
+        .filter(|(bucket, key)| !bucket.is_empty() && !key.is_empty())
+}
+
 fn upload(
     file: &std::path::Path,
     destination: &str,
     options: UploadOptions,
     quiet: bool,
 ) -> ExitCode {
-    let Some((bucket, key)) = destination
-        .strip_prefix("s3://")
-        .and_then(|rest| rest.split_once('/'))
-        .filter(|(bucket, key)| !bucket.is_empty() && !key.is_empty())
-    else {
+    let Some((bucket, key)) = s3_object(destination) else {
         return fail(format!(
             "upload: {destination:?} is not an s3://bucket/key destination"
         ));

@@ -1,0 +1,137 @@
+//! `mediaonce outputs`, run as an operator would, against the emulators:
+//! an object's jobs, their rows and manifests.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::{Options, Pipeline};
+use mediaonce::key::{job_key, sha256_hex};
+use serde_json::Value;
+
+const BYTES: &[u8] = b"bytes whose outputs we look up";
+
+fn outputs(p: &Pipeline, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mediaonce"))
+        .arg("outputs")
+        .args(args)
+        .env("MEDIAONCE_TABLE", &p.table)
+        .env("MEDIAONCE_OUTPUT_BUCKET", &p.output_bucket)
+        .output()
+        .expect("mediaonce runs")
+}
+
+#[tokio::test]
+async fn outputs_lists_each_recipes_job_row_and_files() {
+    let p = Pipeline::new(Options {
+        separate_output_bucket: true,
+        ..Options::default()
+    })
+    .await;
+    p.put("docs/a.bin", BYTES, true).await;
+    p.put("docs/b.bin", BYTES, true).await;
+    p.handle(p.receive(2).await).await;
+
+    let out = outputs(&p, &[&format!("s3://{}/docs/a.bin", p.bucket)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let found: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let jobs = found.as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "{found}");
+    let job = &jobs[0];
+    let key = job_key(&sha256_hex(BYTES), &p.app.config.recipes[0].recipe_hash);
+    assert_eq!(job["job_key"], key.as_str());
+    assert_eq!(job["recipe"]["step"], "probe");
+    assert_eq!(job["status"], "done");
+    assert_eq!(job["refs"], 2);
+    assert_eq!(job["input_hash_source"], "s3-checksum");
+    assert_eq!(
+        job["output_prefix"],
+        format!("s3://{}/derived/{key}/", p.output_bucket).as_str()
+    );
+    let files: Vec<&str> = job["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(files, ["probe.json"]);
+
+    let missing = outputs(&p, &[&format!("s3://{}/docs/none.bin", p.bucket)]);
+    assert_eq!(missing.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        stderr
+            .lines()
+            .last()
+            .unwrap()
+            .contains("docs/none.bin does not exist"),
+        "{stderr}"
+    );
+}
+
+fn reprocess(p: &Pipeline, args: &[&str]) -> (Output, Vec<Value>) {
+    let out = Command::new(env!("CARGO_BIN_EXE_mediaonce"))
+        .arg("reprocess")
+        .args(args)
+        .env("MEDIAONCE_TABLE", &p.table)
+        .env("MEDIAONCE_OUTPUT_BUCKET", &p.output_bucket)
+        .output()
+        .expect("mediaonce runs");
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line per job"))
+        .collect();
+    (out, lines)
+}
+
+#[tokio::test]
+async fn reprocess_twice_runs_once_and_a_new_version_runs_beside() {
+    let p = Pipeline::new(Options {
+        separate_output_bucket: true,
+        ..Options::default()
+    })
+    .await;
+    // A key that needs encoding in an event.
+    p.put("docs/a b+c.bin", BYTES, true).await;
+    let object = format!("s3://{}/docs/a b+c.bin", p.bucket);
+    let key = job_key(&sha256_hex(BYTES), &p.app.config.recipes[0].recipe_hash);
+
+    let (out, jobs) = reprocess(&p, &[&object]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(
+        (jobs[0]["outcome"].as_str(), jobs[0]["job_key"].as_str()),
+        (Some("ran"), Some(key.as_str()))
+    );
+    let (out, jobs) = reprocess(&p, &[&object]);
+    assert!(out.status.success());
+    assert_eq!(jobs[0]["outcome"], "reused");
+    assert_eq!(p.row(&key).await.unwrap().refs, Some(1));
+
+    let (out, jobs) = reprocess(
+        &p,
+        &[
+            &object,
+            "--recipe",
+            r#"{"step":"probe","version":2,"params":{}}"#,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(jobs[0]["outcome"], "ran");
+    assert_ne!(jobs[0]["job_key"], key.as_str());
+
+    let (missing, _) = reprocess(&p, &[&format!("s3://{}/docs/none.bin", p.bucket)]);
+    assert_eq!(missing.status.code(), Some(1));
+}
