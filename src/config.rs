@@ -22,6 +22,8 @@ pub const ENV_LEASE_SECS: &str = "MEDIAONCE_LEASE_SECS";
 pub const ENV_MAX_ATTEMPTS: &str = "MEDIAONCE_MAX_ATTEMPTS";
 pub const ENV_DEADLINE_MARGIN_SECS: &str = "MEDIAONCE_DEADLINE_MARGIN_SECS";
 pub const ENV_RELEASE_ON_DELETE_MARKER: &str = "MEDIAONCE_RELEASE_ON_DELETE_MARKER";
+pub const ENV_GC_GRACE_SECS: &str = "MEDIAONCE_GC_GRACE_SECS";
+pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(86_400);
 pub use crate::identity::{IdentityMode, ENV_IDENTITY};
 /// Owned by the thumbnail step, which is built with it.
 pub use crate::steps::thumbnail::{DEFAULT_MAX_PIXELS, ENV_MAX_PIXELS};
@@ -104,6 +106,9 @@ pub struct Config {
     /// its key (by default it releases nothing: the versions still exist
     /// and can be restored).
     pub release_on_delete_marker: bool,
+    /// How long a job nothing references keeps its outputs before it may be
+    /// collected (0: at once, by the release that freed it).
+    pub gc_grace: Duration,
 }
 
 impl Config {
@@ -194,9 +199,19 @@ impl Config {
                     ))
                 }
             };
+        let gc_grace = match get(ENV_GC_GRACE_SECS) {
+            None => DEFAULT_GC_GRACE,
+            Some(text) => Duration::from_secs(text.trim().parse().map_err(|_| {
+                invalid(
+                    ENV_GC_GRACE_SECS,
+                    format!("must be a whole number of seconds (0 or more), got {text:?}"),
+                )
+            })?),
+        };
         Ok(Config {
             identity,
             release_on_delete_marker,
+            gc_grace,
             table,
             output_bucket,
             output_prefix,
@@ -401,6 +416,7 @@ mod tests {
         assert_eq!(c.expected_bucket_owner, None);
         assert_eq!(c.identity, IdentityMode::Auto);
         assert!(!c.release_on_delete_marker);
+        assert_eq!(c.gc_grace, Duration::from_secs(86_400));
     }
 
     #[test]
@@ -438,6 +454,10 @@ mod tests {
         assert_eq!(e.variable, ENV_RELEASE_ON_DELETE_MARKER);
         let c = config(&[(ENV_TABLE, "t"), (ENV_RELEASE_ON_DELETE_MARKER, "true")]).unwrap();
         assert!(c.release_on_delete_marker);
+        let e = config(&[(ENV_TABLE, "t"), (ENV_GC_GRACE_SECS, "-1")]).unwrap_err();
+        assert_eq!(e.variable, ENV_GC_GRACE_SECS);
+        let c = config(&[(ENV_TABLE, "t"), (ENV_GC_GRACE_SECS, "0")]).unwrap();
+        assert_eq!(c.gc_grace, Duration::ZERO);
         let e = config(&[
             (ENV_TABLE, "t"),
             (ENV_RECIPES, r#"[{"step":"nope","version":1,"params":{}}]"#),

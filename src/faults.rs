@@ -31,6 +31,14 @@ pub enum Call {
     GetRefs,
     /// References: the TransactWriteItems.
     ChangeRefs,
+    /// Collection: the UpdateItem to `collecting`.
+    BeginCollect,
+    /// Collection: the row's DeleteItem.
+    EndCollect,
+    /// Objects: ListObjectsV2.
+    ListObjects,
+    /// Objects: DeleteObjects.
+    DeleteObjects,
     /// Objects: HeadObject.
     HeadObject,
     /// Objects: GetObject.

@@ -12,6 +12,7 @@
 //! - [`references`]: after a create's jobs, the version's references; a
 //!   removal's release;
 //! - [`outputs`]: where an object's outputs are (`mediaonce outputs`);
+//! - [`collect`]: a job nothing references loses its outputs, then its row;
 //! - [`busy`]: handing a busy message back for when its holder is done;
 //! - [`log`]: the one log event of each job outcome.
 //!
@@ -35,6 +36,7 @@ use crate::store::ObjectStore;
 
 mod batch;
 mod busy;
+mod collect;
 mod identify;
 mod job;
 mod log;
@@ -43,6 +45,10 @@ mod record;
 mod references;
 
 pub use batch::handle_batch;
+pub use collect::Collected;
+// For the tests' clock: how far to move it past a collector's lease.
+#[cfg(any(test, feature = "testing"))]
+pub use collect::COLLECT_LEASE;
 pub use outputs::RecipeOutputs;
 
 /// The invocation a batch arrived in.

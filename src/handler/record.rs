@@ -78,6 +78,7 @@ async fn process_record(
             return match release(app, &version, record.sequencer.as_deref()).await {
                 Ok(released) => {
                     tracing::info!(message_id, version = %version, event, released = ?released, "object version removed: its references released");
+                    collect_now(app, &released).await;
                     (Vec::new(), None)
                 }
                 Err(err) => {
@@ -90,6 +91,7 @@ async fn process_record(
             return match release_every_version(app, &version, record.sequencer.as_deref()).await {
                 Ok(released) => {
                     tracing::info!(message_id, bucket, key, event, released = ?released, "delete marker: every version's references released");
+                    collect_now(app, &released).await;
                     (Vec::new(), None)
                 }
                 Err(err) => {
@@ -262,6 +264,24 @@ async fn process_record(
         log_job(report, message_id, &object);
     }
     (reports, None)
+}
+
+/// With no grace (`MEDIAONCE_GC_GRACE_SECS=0`), the jobs a release freed
+/// are collected at once; otherwise the sweep (`mediaonce gc`, or the
+/// scheduled event) collects them when their grace has passed. A failed
+/// collection is logged: the sweep finishes it.
+async fn collect_now(app: &App, released: &[String]) {
+    if !app.config.gc_grace.is_zero() {
+        return;
+    }
+    for job_key in released {
+        match app.collect(job_key).await {
+            Ok(collected) => {
+                tracing::info!(job_key, outcome = collected.outcome.as_str(), objects = collected.deleted.len(), "collection")
+            }
+            Err(err) => tracing::warn!(job_key, error = %err, "collection failed: the sweep finishes it"),
+        }
+    }
 }
 
 /// HeadObject of the record's object version; `Err` with the outcome when

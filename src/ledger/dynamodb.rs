@@ -1,7 +1,5 @@
 //! The ledger in DynamoDB: each [`LedgerTable`] call is one request.
 
-use std::collections::HashMap;
-
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
@@ -10,272 +8,19 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 use aws_sdk_dynamodb::Client;
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::TransactWriteItem;
 
-use crate::identity::{attr as cache_attr, ObjectVersion};
+use crate::identity::ObjectVersion;
 use crate::references::{attr as ref_attr, RefChange, VersionName, VersionRefs};
 
-use super::{
-    attr, Claim, ClaimRequest, Conditional, Finish, JobRow, JobStatus, LedgerError, LedgerTable,
-    RefWrite,
+use super::items::{
+    cache_row, cache_row_is_of, count_update, n, s, version_refs_from_item, version_update, Item,
 };
 
-type Item = HashMap<String, AttributeValue>;
-
-impl JobRow {
-    /// Reads a row, naming the attribute that is missing or malformed.
-    pub fn from_item(item: &Item) -> Result<Self, String> {
-        let string = |name: &str| -> Result<String, String> {
-            match item.get(name) {
-                Some(AttributeValue::S(s)) => Ok(s.clone()),
-                Some(_) => Err(format!("attribute {name} is not a string")),
-                None => Err(format!("attribute {name} is missing")),
-            }
-        };
-        let number = |name: &str| -> Result<u64, String> {
-            match item.get(name) {
-                Some(AttributeValue::N(n)) => n
-                    .parse()
-                    .map_err(|_| format!("attribute {name} is not a non-negative integer: {n}")),
-                Some(_) => Err(format!("attribute {name} is not a number")),
-                None => Err(format!("attribute {name} is missing")),
-            }
-        };
-        let status_text = string(attr::STATUS)?;
-        let status = JobStatus::parse(&status_text)
-            .ok_or_else(|| format!("attribute status has unknown value {status_text:?}"))?;
-        let attempts = number(attr::ATTEMPTS)?;
-        Ok(JobRow {
-            job_key: string(attr::JOB_KEY)?,
-            step: string(attr::STEP)?,
-            input_hash: string(attr::INPUT_HASH)?,
-            status,
-            lease_until_ms: number(attr::LEASE_UNTIL_MS)?,
-            attempts,
-            owner: string(attr::OWNER)?,
-            output_prefix: string(attr::OUTPUT_PREFIX)?,
-            error: match item.get(attr::ERROR) {
-                None => None,
-                Some(AttributeValue::S(error)) => Some(error.clone()),
-                Some(_) => return Err(format!("attribute {} is not a string", attr::ERROR)),
-            },
-            updated_at_ms: number(attr::UPDATED_AT_MS)?,
-            failures: match item.get(attr::FAILURES) {
-                Some(_) => number(attr::FAILURES)?,
-                // Written before failures were counted apart, when every
-                // run counted: a failed row's attempts, as then.
-                None if status == JobStatus::Failed => attempts,
-                None => 0,
-            },
-            permanent: match item.get(attr::PERMANENT) {
-                None => false,
-                Some(AttributeValue::Bool(permanent)) => *permanent,
-                Some(_) => return Err(format!("attribute {} is not a boolean", attr::PERMANENT)),
-            },
-            refs: match item.get(ref_attr::REFS) {
-                None => None,
-                Some(_) => Some(number(ref_attr::REFS)?),
-            },
-            released_at_ms: match item.get(ref_attr::RELEASED_AT_MS) {
-                None => None,
-                Some(_) => Some(number(ref_attr::RELEASED_AT_MS)?),
-            },
-        })
-    }
-
-    pub fn to_item(&self) -> Item {
-        let mut item = Item::from([
-            (attr::JOB_KEY.into(), s(&self.job_key)),
-            (attr::STEP.into(), s(&self.step)),
-            (attr::INPUT_HASH.into(), s(&self.input_hash)),
-            (attr::STATUS.into(), s(self.status.as_str())),
-            (attr::LEASE_UNTIL_MS.into(), n(self.lease_until_ms)),
-            (attr::ATTEMPTS.into(), n(self.attempts)),
-            (attr::OWNER.into(), s(&self.owner)),
-            (attr::OUTPUT_PREFIX.into(), s(&self.output_prefix)),
-            (attr::UPDATED_AT_MS.into(), n(self.updated_at_ms)),
-        ]);
-        if let Some(error) = &self.error {
-            item.insert(attr::ERROR.into(), s(error));
-        }
-        item.insert(attr::FAILURES.into(), n(self.failures));
-        if self.permanent {
-            item.insert(attr::PERMANENT.into(), AttributeValue::Bool(true));
-        }
-        if let Some(refs) = self.refs {
-            item.insert(ref_attr::REFS.into(), n(refs));
-        }
-        if let Some(at) = self.released_at_ms {
-            item.insert(ref_attr::RELEASED_AT_MS.into(), n(at));
-        }
-        item
-    }
-}
-
-/// A version row as read; `Err` names the malformed attribute.
-fn version_refs_from_item(item: &Item) -> Result<VersionRefs, String> {
-    let job_keys = match item.get(ref_attr::JOB_KEYS) {
-        None => Default::default(),
-        Some(AttributeValue::Ss(keys)) => keys.iter().cloned().collect(),
-        Some(_) => {
-            return Err(format!(
-                "attribute {} is not a string set",
-                ref_attr::JOB_KEYS
-            ))
-        }
-    };
-    let sequencer = match item.get(ref_attr::SEQUENCER) {
-        None => None,
-        Some(AttributeValue::S(text)) => Some(text.clone()),
-        Some(_) => return Err(format!("attribute {} is not a string", ref_attr::SEQUENCER)),
-    };
-    let gen = match item.get(ref_attr::GEN) {
-        Some(AttributeValue::N(text)) => text
-            .parse()
-            .map_err(|_| format!("attribute {} is not a count: {text}", ref_attr::GEN))?,
-        _ => {
-            return Err(format!(
-                "attribute {} is missing or not a number",
-                ref_attr::GEN
-            ))
-        }
-    };
-    let deleted = matches!(
-        item.get(ref_attr::DELETED),
-        Some(AttributeValue::Bool(true))
-    );
-    let etag = match item.get(ref_attr::ETAG) {
-        None => None,
-        Some(AttributeValue::S(text)) => Some(text.clone()),
-        Some(_) => return Err(format!("attribute {} is not a string", ref_attr::ETAG)),
-    };
-    Ok(VersionRefs {
-        job_keys,
-        sequencer,
-        etag,
-        gen,
-        deleted,
-    })
-}
-
-/// The version row's update in a reference transaction.
-fn version_update(
-    table: &str,
-    version: &VersionName,
-    change: &RefChange,
-    now_ms: u64,
-) -> Result<Update, String> {
-    let next = &change.next;
-    let mut set = vec![
-        "#bucket = :bucket",
-        "#object_key = :object_key",
-        "#version_id = :version_id",
-        "#gen = :gen",
-        "#deleted = :deleted",
-    ];
-    let mut remove = Vec::new();
-    let mut update = Update::builder()
-        .table_name(table)
-        .key(attr::JOB_KEY, s(&version.row_key()))
-        .expression_attribute_names("#bucket", ref_attr::BUCKET)
-        .expression_attribute_names("#object_key", ref_attr::OBJECT_KEY)
-        .expression_attribute_names("#version_id", ref_attr::VERSION_ID)
-        .expression_attribute_names("#gen", ref_attr::GEN)
-        .expression_attribute_names("#deleted", ref_attr::DELETED)
-        .expression_attribute_names("#job_keys", ref_attr::JOB_KEYS)
-        .expression_attribute_names("#sequencer", ref_attr::SEQUENCER)
-        .expression_attribute_names("#expires_at", ref_attr::EXPIRES_AT)
-        .expression_attribute_names("#etag", ref_attr::ETAG)
-        .expression_attribute_values(":bucket", s(&version.bucket))
-        .expression_attribute_values(":object_key", s(&version.key))
-        .expression_attribute_values(
-            ":version_id",
-            s(version.version_id.as_deref().unwrap_or("null")),
-        )
-        .expression_attribute_values(":gen", n(next.gen))
-        .expression_attribute_values(":deleted", AttributeValue::Bool(next.deleted))
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-    if next.job_keys.is_empty() {
-        remove.push("#job_keys");
-    } else {
-        set.push("#job_keys = :job_keys");
-        update = update.expression_attribute_values(
-            ":job_keys",
-            AttributeValue::Ss(next.job_keys.iter().cloned().collect()),
-        );
-    }
-    match &next.sequencer {
-        Some(sequencer) => {
-            set.push("#sequencer = :sequencer");
-            update = update.expression_attribute_values(":sequencer", s(sequencer));
-        }
-        None => remove.push("#sequencer"),
-    }
-    match &next.etag {
-        Some(etag) => {
-            set.push("#etag = :etag");
-            update = update.expression_attribute_values(":etag", s(etag));
-        }
-        None => remove.push("#etag"),
-    }
-    if next.deleted {
-        set.push("#expires_at = :expires_at");
-        update = update.expression_attribute_values(
-            ":expires_at",
-            n(now_ms / 1000 + crate::references::TOMBSTONE_SECS),
-        );
-    } else {
-        remove.push("#expires_at");
-    }
-    let mut expression = format!("SET {}", set.join(", "));
-    if !remove.is_empty() {
-        expression.push_str(&format!(" REMOVE {}", remove.join(", ")));
-    }
-    update = update.update_expression(expression);
-    update = match change.seen_gen {
-        None => update
-            .condition_expression("attribute_not_exists(#k)")
-            .expression_attribute_names("#k", attr::JOB_KEY),
-        Some(gen) => update
-            .condition_expression("#gen = :seen_gen")
-            .expression_attribute_values(":seen_gen", n(gen)),
-    };
-    update.build().map_err(|e| e.to_string())
-}
-
-/// A job's count update in a reference transaction.
-fn count_update(table: &str, job_key: &str, add: bool, now_ms: u64) -> Result<Update, String> {
-    let update = Update::builder()
-        .table_name(table)
-        .key(attr::JOB_KEY, s(job_key))
-        .expression_attribute_names("#refs", ref_attr::REFS)
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-    let update = if add {
-        update
-            .update_expression("ADD #refs :one")
-            .condition_expression("#status = :done AND attribute_exists(#refs)")
-            .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":done", s(JobStatus::Done.as_str()))
-    } else {
-        update
-            .update_expression("ADD #refs :minus_one SET #released = :now")
-            .condition_expression("#refs > :zero")
-            .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
-            .expression_attribute_values(":minus_one", AttributeValue::N("-1".into()))
-            .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":now", n(now_ms))
-    };
-    update.build().map_err(|e| e.to_string())
-}
-
-fn s(text: &str) -> AttributeValue {
-    AttributeValue::S(text.to_string())
-}
-
-fn n(number: u64) -> AttributeValue {
-    AttributeValue::N(number.to_string())
-}
+use super::{
+    attr, Claim, ClaimRequest, CollectRequest, Conditional, Finish, JobRow, JobStatus, LedgerError,
+    LedgerTable, RefWrite,
+};
 
 /// Job rows in a DynamoDB table (partition key `job_key`, a string).
 #[derive(Debug, Clone)]
@@ -409,10 +154,12 @@ impl LedgerTable for DynamoDbTable {
             .key(attr::JOB_KEY, s(&request.job_key))
             .update_expression(
                 "SET #status = :running, #owner = :owner, #lease = :lease, #attempts = #attempts + :one, \
-                 #updated = :now, #step = :step, #input = :input, #refs = if_not_exists(#refs, :zero)",
+                 #updated = :now, #step = :step, #input = :input, #refs = if_not_exists(#refs, :zero) \
+                 REMOVE #released",
             )
             .condition_expression("#owner = :seen_owner AND #status = :seen_status")
             .expression_attribute_names("#refs", ref_attr::REFS)
+            .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_names("#status", attr::STATUS)
             .expression_attribute_names("#owner", attr::OWNER)
@@ -700,43 +447,124 @@ impl LedgerTable for DynamoDbTable {
             refused,
         })
     }
-}
 
-/// A hash cache row: the version in full (so that a read can check it is
-/// the one asked for) and its hash.
-fn cache_row(version: &ObjectVersion, input_hash: &str, now_ms: u64) -> Item {
-    let mut item: Item = [
-        (attr::JOB_KEY, s(&version.row_key())),
-        (attr::INPUT_HASH, s(input_hash)),
-        (cache_attr::BUCKET, s(&version.bucket)),
-        (cache_attr::OBJECT_KEY, s(&version.key)),
-        (
-            cache_attr::VERSION_ID,
-            s(version.version_id.as_deref().unwrap_or("null")),
-        ),
-        (cache_attr::ETAG, s(&version.etag)),
-        (cache_attr::SIZE, n(version.size)),
-        (cache_attr::COMPUTED_AT_MS, n(now_ms)),
-    ]
-    .into_iter()
-    .map(|(name, value)| (name.to_string(), value))
-    .collect();
-    if let Some(crc) = &version.crc64nvme {
-        item.insert(cache_attr::CRC64NVME.to_string(), s(crc));
+    async fn begin_collect(
+        &self,
+        request: &CollectRequest,
+    ) -> Result<Conditional<JobRow>, LedgerError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(&request.job_key))
+            .update_expression(
+                "SET #status = :collecting, #owner = :owner, #lease = :lease, #updated = :now",
+            )
+            .condition_expression(
+                "(#status = :done AND #refs = :zero AND #released <= :cutoff) \
+                 OR (#status = :collecting AND #lease <= :now)",
+            )
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
+            .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
+            .expression_attribute_names("#refs", ref_attr::REFS)
+            .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
+            .expression_attribute_values(":collecting", s(JobStatus::Collecting.as_str()))
+            .expression_attribute_values(":done", s(JobStatus::Done.as_str()))
+            .expression_attribute_values(":owner", s(&request.owner))
+            .expression_attribute_values(":lease", n(request.lease_until_ms))
+            .expression_attribute_values(":now", n(request.now_ms))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":cutoff", n(request.released_before_ms))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        Ok(match self.update_outcome(&request.job_key, update)? {
+            Ok(Some(new)) => Conditional::Applied(self.row(&request.job_key, &new)?),
+            Ok(None) => Conditional::Rejected(None),
+            Err(rejected) => rejected,
+        })
     }
-    item
-}
 
-/// Whether a cache row names exactly `version`.
-fn cache_row_is_of(item: &Item, version: &ObjectVersion) -> bool {
-    let mut expected = cache_row(version, "", 0);
-    for ignored in [attr::INPUT_HASH, cache_attr::COMPUTED_AT_MS] {
-        expected.remove(ignored);
+    async fn end_collect(
+        &self,
+        job_key: &str,
+        owner: &str,
+    ) -> Result<Conditional<()>, LedgerError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(job_key))
+            .condition_expression("#owner = :me AND #status = :collecting")
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_values(":me", s(owner))
+            .expression_attribute_values(":collecting", s(JobStatus::Collecting.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Conditional::Applied(())),
+            Err(err) => match err.as_service_error() {
+                Some(DeleteItemError::ConditionalCheckFailedException(failed)) => {
+                    self.rejected(job_key, failed.item())
+                }
+                _ => Err(self.service_error("DeleteItem", err)),
+            },
+        }
     }
-    expected
-        .iter()
-        .all(|(name, value)| item.get(name) == Some(value))
-        && (version.crc64nvme.is_some() || !item.contains_key(cache_attr::CRC64NVME))
+
+    async fn scan_collectable(
+        &self,
+        released_before_ms: u64,
+        now_ms: u64,
+        from: Option<&str>,
+    ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
+        let output = self
+            .client
+            .scan()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .filter_expression(
+                "(#status = :done AND #refs = :zero AND #released <= :cutoff) \
+                 OR (#status = :collecting AND #lease <= :now)",
+            )
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
+            .expression_attribute_names("#refs", ref_attr::REFS)
+            .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
+            .expression_attribute_values(":collecting", s(JobStatus::Collecting.as_str()))
+            .expression_attribute_values(":done", s(JobStatus::Done.as_str()))
+            .expression_attribute_values(":now", n(now_ms))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":cutoff", n(released_before_ms))
+            .set_exclusive_start_key(
+                from.map(|key| Item::from([(attr::JOB_KEY.to_string(), s(key))])),
+            )
+            .send()
+            .await
+            .map_err(|e| self.service_error("Scan", e))?;
+        let rows = output
+            .items()
+            .iter()
+            .map(|item| {
+                let key = match item.get(attr::JOB_KEY) {
+                    Some(AttributeValue::S(key)) => key.clone(),
+                    _ => String::new(),
+                };
+                self.row(&key, item)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let next = output
+            .last_evaluated_key()
+            .and_then(|key| key.get(attr::JOB_KEY))
+            .and_then(|key| key.as_s().ok())
+            .cloned();
+        Ok((rows, next))
+    }
 }
 
 #[cfg(test)]

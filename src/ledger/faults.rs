@@ -8,7 +8,7 @@ use crate::faults::{Call, FaultPlan};
 use crate::identity::ObjectVersion;
 use crate::references::{RefChange, VersionName, VersionRefs};
 
-use super::RefWrite;
+use super::{CollectRequest, RefWrite};
 
 #[derive(Debug, Clone)]
 pub struct FaultyTable {
@@ -122,5 +122,33 @@ impl LedgerTable for FaultyTable {
     ) -> Result<RefWrite, LedgerError> {
         self.check(Call::ChangeRefs, "TransactWriteItems", &version.key)?;
         self.inner.change_refs(version, change, now_ms).await
+    }
+
+    async fn begin_collect(
+        &self,
+        request: &CollectRequest,
+    ) -> Result<Conditional<JobRow>, LedgerError> {
+        self.check(Call::BeginCollect, "UpdateItem", &request.job_key)?;
+        self.inner.begin_collect(request).await
+    }
+
+    async fn end_collect(
+        &self,
+        job_key: &str,
+        owner: &str,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.check(Call::EndCollect, "DeleteItem", job_key)?;
+        self.inner.end_collect(job_key, owner).await
+    }
+
+    async fn scan_collectable(
+        &self,
+        released_before_ms: u64,
+        now_ms: u64,
+        from: Option<&str>,
+    ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
+        self.inner
+            .scan_collectable(released_before_ms, now_ms, from)
+            .await
     }
 }

@@ -11,7 +11,7 @@ use super::{
 use crate::identity::ObjectVersion;
 use crate::references::{RefChange, VersionName, VersionRefs};
 
-use super::RefWrite;
+use super::{collectable, CollectRequest, RefWrite};
 
 #[derive(Debug, Default)]
 pub struct InMemoryTable {
@@ -92,6 +92,9 @@ impl LedgerTable for InMemoryTable {
         // A job that was never done has no references to forget: counted
         // from here on, even on a row older than the count.
         row.refs.get_or_insert(0);
+        // A run from nothing (a stopped collection's row): not due until a
+        // release frees it again.
+        row.released_at_ms = None;
         Ok(Conditional::Applied(row.attempts))
     }
 
@@ -235,5 +238,55 @@ impl LedgerTable for InMemoryTable {
             }
         }
         Ok(RefWrite::Applied)
+    }
+
+    async fn begin_collect(
+        &self,
+        request: &CollectRequest,
+    ) -> Result<Conditional<JobRow>, LedgerError> {
+        let mut rows = self.rows();
+        let Some(row) = rows.get_mut(&request.job_key) else {
+            return Ok(Conditional::Rejected(None));
+        };
+        if !collectable(row, request.released_before_ms, request.now_ms) {
+            return Ok(Conditional::Rejected(Some(row.clone())));
+        }
+        row.status = JobStatus::Collecting;
+        row.owner = request.owner.clone();
+        row.lease_until_ms = request.lease_until_ms;
+        row.updated_at_ms = request.now_ms;
+        Ok(Conditional::Applied(row.clone()))
+    }
+
+    async fn end_collect(
+        &self,
+        job_key: &str,
+        owner: &str,
+    ) -> Result<Conditional<()>, LedgerError> {
+        let mut rows = self.rows();
+        let Some(row) = rows.get(job_key) else {
+            return Ok(Conditional::Rejected(None));
+        };
+        if row.status != JobStatus::Collecting || row.owner != owner {
+            return Ok(Conditional::Rejected(Some(row.clone())));
+        }
+        rows.remove(job_key);
+        Ok(Conditional::Applied(()))
+    }
+
+    async fn scan_collectable(
+        &self,
+        released_before_ms: u64,
+        now_ms: u64,
+        _from: Option<&str>,
+    ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
+        let mut due: Vec<JobRow> = self
+            .rows()
+            .values()
+            .filter(|row| collectable(row, released_before_ms, now_ms))
+            .cloned()
+            .collect();
+        due.sort_by(|a, b| a.job_key.cmp(&b.job_key));
+        Ok((due, None))
     }
 }

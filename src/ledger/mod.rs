@@ -22,6 +22,7 @@ pub mod dynamodb;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod faults;
+mod items;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod memory;
@@ -52,6 +53,9 @@ pub enum JobStatus {
     Running,
     Done,
     Failed,
+    /// No version references it any more: its outputs are being deleted,
+    /// then the row. Claims and references wait (busy).
+    Collecting,
 }
 
 impl JobStatus {
@@ -60,6 +64,7 @@ impl JobStatus {
             JobStatus::Running => "running",
             JobStatus::Done => "done",
             JobStatus::Failed => "failed",
+            JobStatus::Collecting => "collecting",
         }
     }
 
@@ -68,6 +73,7 @@ impl JobStatus {
             "running" => Some(JobStatus::Running),
             "done" => Some(JobStatus::Done),
             "failed" => Some(JobStatus::Failed),
+            "collecting" => Some(JobStatus::Collecting),
             _ => None,
         }
     }
@@ -142,6 +148,11 @@ pub fn judge(row: &JobRow, now_ms: u64, max_attempts: u64) -> Verdict {
         JobStatus::Running if is_live(row.lease_until_ms, now_ms) => Verdict::Busy,
         JobStatus::Running if runs_spent => Verdict::Poisoned,
         JobStatus::Running => Verdict::TakeOver,
+        JobStatus::Collecting if is_live(row.lease_until_ms, now_ms) => Verdict::Busy,
+        // A collection that stopped half-way: its outputs may be partly
+        // gone, so the job runs again from nothing (a run rewrites every
+        // output and the manifest last).
+        JobStatus::Collecting => Verdict::TakeOver,
     }
 }
 
@@ -270,7 +281,8 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
 
     /// UpdateItem taking the job over: `running`, the request's owner, lease
     /// and now, attempts + 1, `refs` 0 when the row has none (a job never
-    /// done has no references; the row's `output_prefix` is kept);
+    /// done has no references), no `released_at_ms` (a run is not due for
+    /// collection; the row's `output_prefix` is kept);
     /// conditioned on `owner` and `status` being those of `seen`. Applied:
     /// the attempts after the update.
     async fn take_over(
@@ -339,6 +351,58 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
         change: &RefChange,
         now_ms: u64,
     ) -> Result<RefWrite, LedgerError>;
+
+    /// UpdateItem moving a job to `collecting` (the request's owner and
+    /// lease), conditioned on `done` with `refs = 0` and `released_at_ms`
+    /// at or before the request's cut-off, or on a `collecting` row whose
+    /// lease has passed (a collection that stopped). Applied: the row as
+    /// it became.
+    async fn begin_collect(
+        &self,
+        request: &CollectRequest,
+    ) -> Result<Conditional<JobRow>, LedgerError>;
+
+    /// DeleteItem of a collected row, conditioned on `collecting` by `owner`.
+    async fn end_collect(&self, job_key: &str, owner: &str)
+        -> Result<Conditional<()>, LedgerError>;
+
+    /// One Scan page of the rows due for collection (as [`begin_collect`]'s
+    /// condition says, at `now_ms` with cut-off `released_before_ms`), from
+    /// `from` (the last page's `next`).
+    ///
+    /// [`begin_collect`]: LedgerTable::begin_collect
+    async fn scan_collectable(
+        &self,
+        released_before_ms: u64,
+        now_ms: u64,
+        from: Option<&str>,
+    ) -> Result<(Vec<JobRow>, Option<String>), LedgerError>;
+}
+
+/// Whether a row is due for collection: as `begin_collect`'s condition. Pure.
+pub fn collectable(row: &JobRow, released_before_ms: u64, now_ms: u64) -> bool {
+    match row.status {
+        JobStatus::Done => {
+            row.refs == Some(0)
+                && row
+                    .released_at_ms
+                    .is_some_and(|at| at <= released_before_ms)
+        }
+        JobStatus::Collecting => !is_live(row.lease_until_ms, now_ms),
+        _ => false,
+    }
+}
+
+/// A collector's claim on a job nothing references.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectRequest {
+    pub job_key: String,
+    /// The collector's fencing token.
+    pub owner: String,
+    pub lease_until_ms: u64,
+    /// Only a job whose last release is at or before this is due.
+    pub released_before_ms: u64,
+    pub now_ms: u64,
 }
 
 /// What a reference transaction came to.
@@ -428,6 +492,44 @@ impl Ledger {
         version: &VersionName,
     ) -> Result<Option<VersionRefs>, LedgerError> {
         self.table.get_version_refs(version).await
+    }
+
+    /// Moves a job nothing references to `collecting`.
+    pub async fn begin_collect(
+        &self,
+        request: &CollectRequest,
+    ) -> Result<Conditional<JobRow>, LedgerError> {
+        self.table.begin_collect(request).await
+    }
+
+    /// Deletes a collected row.
+    pub async fn end_collect(
+        &self,
+        job_key: &str,
+        owner: &str,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.table.end_collect(job_key, owner).await
+    }
+
+    /// Every row due for collection (all Scan pages).
+    pub async fn collectable(
+        &self,
+        released_before_ms: u64,
+        now_ms: u64,
+    ) -> Result<Vec<JobRow>, LedgerError> {
+        let mut rows = Vec::new();
+        let mut from: Option<String> = None;
+        loop {
+            let (page, next) = self
+                .table
+                .scan_collectable(released_before_ms, now_ms, from.as_deref())
+                .await?;
+            rows.extend(page);
+            match next {
+                Some(next) => from = Some(next),
+                None => return Ok(rows),
+            }
+        }
     }
 
     /// Applies a change to a version's references (one transaction).
@@ -615,256 +717,4 @@ pub fn truncate_chars(text: &str, max: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(status: JobStatus, lease_until_ms: u64) -> JobRow {
-        JobRow {
-            job_key: "k".into(),
-            step: "probe".into(),
-            input_hash: "i".into(),
-            status,
-            lease_until_ms,
-            attempts: 1,
-            owner: "o".into(),
-            output_prefix: "derived/k/".into(),
-            error: None,
-            updated_at_ms: 1,
-            failures: 0,
-            permanent: false,
-            refs: None,
-            released_at_ms: None,
-        }
-    }
-
-    #[test]
-    fn verdicts_follow_the_state_machine() {
-        assert_eq!(judge(&row(JobStatus::Done, 0), 10, 3), Verdict::Done);
-        assert_eq!(
-            judge(&row(JobStatus::Failed, u64::MAX), 10, 3),
-            Verdict::TakeOver
-        );
-        assert_eq!(judge(&row(JobStatus::Running, 11), 10, 3), Verdict::Busy);
-        assert_eq!(
-            judge(&row(JobStatus::Running, 10), 10, 3),
-            Verdict::TakeOver
-        );
-        let mut at_cap = row(JobStatus::Failed, 0);
-        (at_cap.attempts, at_cap.failures) = (3, 3);
-        assert_eq!(judge(&at_cap, 10, 3), Verdict::Poisoned);
-        assert_eq!(judge(&at_cap, 10, 4), Verdict::TakeOver);
-        // Takeovers of expired leases are not failures: two of them and one
-        // failure leave the job two failures from the cap.
-        let mut slow_neighbours = row(JobStatus::Failed, 0);
-        (slow_neighbours.attempts, slow_neighbours.failures) = (3, 1);
-        assert_eq!(judge(&slow_neighbours, 10, 3), Verdict::TakeOver);
-        // A running row at the failures cap is still busy or taken over.
-        at_cap.status = JobStatus::Running;
-        assert_eq!(judge(&at_cap, 10, 3), Verdict::TakeOver);
-        // An input that kills its worker every time: after max_runs runs
-        // whose leases all passed, poisoned rather than taken over again.
-        let mut killer = row(JobStatus::Running, 10);
-        killer.attempts = max_runs(3);
-        assert_eq!(judge(&killer, 10, 3), Verdict::Poisoned);
-        assert_eq!(judge(&killer, 9, 3), Verdict::Busy);
-        killer.attempts -= 1;
-        assert_eq!(judge(&killer, 10, 3), Verdict::TakeOver);
-        // A permanent failure is poisoned at once.
-        let mut permanent = row(JobStatus::Failed, 0);
-        (permanent.failures, permanent.permanent) = (1, true);
-        assert_eq!(judge(&permanent, 10, 3), Verdict::Poisoned);
-        assert!(poison_reason(&permanent).starts_with("failed permanently"));
-        assert!(poison_reason(&killer).contains("runs never finished"));
-    }
-
-    #[test]
-    fn errors_are_cut_on_character_boundaries() {
-        assert_eq!(truncate_chars("ééé", 2), "éé");
-        assert_eq!(truncate_chars("ab", 5), "ab");
-        assert_eq!(
-            truncate_chars(&"x".repeat(3000), MAX_ERROR_CHARS).len(),
-            2000
-        );
-    }
-
-    fn request(owner: &str, now_ms: u64) -> ClaimRequest {
-        ClaimRequest {
-            job_key: "k".into(),
-            step: "probe".into(),
-            input_hash: "i".into(),
-            output_prefix: "s3://out/derived/k/".into(),
-            owner: owner.into(),
-            lease_until_ms: now_ms + 1_000,
-            now_ms,
-            max_attempts: 2,
-        }
-    }
-
-    fn run(outcome: ClaimOutcome) -> Claim {
-        match outcome {
-            ClaimOutcome::Run(claim) => claim,
-            other => panic!("expected to run: {other:?}"),
-        }
-    }
-
-    #[tokio::test]
-    async fn the_claim_algorithm_on_the_in_memory_table() {
-        let ledger = Ledger::new(memory::InMemoryTable::new("jobs"));
-        let a = run(ledger.claim(&request("A", 0)).await.unwrap());
-        assert_eq!(a.attempt, 1);
-        assert!(matches!(
-            ledger.claim(&request("B", 500)).await.unwrap(),
-            ClaimOutcome::Busy(_)
-        ));
-        // A's lease (1,000) has passed at 1,000: B takes over, A is fenced off.
-        let b = run(ledger.claim(&request("B", 1_000)).await.unwrap());
-        assert_eq!(b.attempt, 2);
-        assert!(matches!(
-            ledger.finish_done(&a, 1_001).await,
-            Err(FinishError::LostLease(_))
-        ));
-        ledger.finish_failed(&b, "boom", 1_002).await.unwrap();
-        // One failure (A's expired lease was none): C takes over and fails.
-        let c = run(ledger.claim(&request("C", 1_500)).await.unwrap());
-        assert_eq!(c.attempt, 3);
-        ledger.finish_failed(&c, "boom again", 1_502).await.unwrap();
-        // Two failures, the cap is 2: poisoned until retried.
-        assert!(matches!(
-            ledger.claim(&request("D", 2_000)).await.unwrap(),
-            ClaimOutcome::Poisoned(_)
-        ));
-        let was = ledger.retry("k", 2_001).await.unwrap();
-        assert_eq!(
-            (was.attempts, was.failures, was.error.as_deref()),
-            (3, 2, Some("boom again"))
-        );
-        let c = run(ledger.claim(&request("C", 2_002)).await.unwrap());
-        assert_eq!(c.attempt, 1);
-        ledger.finish_done(&c, 2_003).await.unwrap();
-        assert!(matches!(
-            ledger.claim(&request("D", 3_000)).await.unwrap(),
-            ClaimOutcome::Done(_)
-        ));
-        assert!(matches!(
-            ledger.retry("k", 3_001).await,
-            Err(RetryError::NotFailed { status: "done", .. })
-        ));
-        assert!(matches!(
-            ledger.retry("nope", 3_001).await,
-            Err(RetryError::NotFound(_))
-        ));
-    }
-
-    /// A table whose first put finds a row that is deleted before it can
-    /// be read (a claim released in between), as a real table can.
-    #[derive(Debug)]
-    struct DeletedInBetween {
-        inner: memory::InMemoryTable,
-        puts: std::sync::atomic::AtomicUsize,
-    }
-
-    #[async_trait::async_trait]
-    impl LedgerTable for DeletedInBetween {
-        fn name(&self) -> &str {
-            self.inner.name()
-        }
-        async fn get(&self, job_key: &str) -> Result<Option<JobRow>, LedgerError> {
-            self.inner.get(job_key).await
-        }
-        async fn put_new(&self, row: &JobRow) -> Result<Conditional<()>, LedgerError> {
-            if self.puts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
-                return Ok(Conditional::Rejected(None));
-            }
-            self.inner.put_new(row).await
-        }
-        async fn take_over(
-            &self,
-            seen: &JobRow,
-            request: &ClaimRequest,
-        ) -> Result<Conditional<u64>, LedgerError> {
-            self.inner.take_over(seen, request).await
-        }
-        async fn finish(
-            &self,
-            claim: &Claim,
-            finish: Finish<'_>,
-            now_ms: u64,
-        ) -> Result<Conditional<()>, LedgerError> {
-            self.inner.finish(claim, finish, now_ms).await
-        }
-        async fn release(&self, claim: &Claim) -> Result<Conditional<()>, LedgerError> {
-            self.inner.release(claim).await
-        }
-        async fn reset_attempts(
-            &self,
-            job_key: &str,
-            now_ms: u64,
-        ) -> Result<Conditional<JobRow>, LedgerError> {
-            self.inner.reset_attempts(job_key, now_ms).await
-        }
-        async fn get_input_hash(
-            &self,
-            version: &ObjectVersion,
-        ) -> Result<Option<String>, LedgerError> {
-            self.inner.get_input_hash(version).await
-        }
-        async fn put_input_hash(
-            &self,
-            version: &ObjectVersion,
-            input_hash: &str,
-            now_ms: u64,
-        ) -> Result<(), LedgerError> {
-            self.inner.put_input_hash(version, input_hash, now_ms).await
-        }
-        async fn forget_input_hash(&self, version: &ObjectVersion) -> Result<(), LedgerError> {
-            self.inner.forget_input_hash(version).await
-        }
-        async fn get_version_refs(
-            &self,
-            version: &VersionName,
-        ) -> Result<Option<VersionRefs>, LedgerError> {
-            self.inner.get_version_refs(version).await
-        }
-        async fn change_refs(
-            &self,
-            version: &VersionName,
-            change: &RefChange,
-            now_ms: u64,
-        ) -> Result<RefWrite, LedgerError> {
-            self.inner.change_refs(version, change, now_ms).await
-        }
-    }
-
-    #[tokio::test]
-    async fn a_row_gone_between_the_put_and_the_read_is_claimed_anew() {
-        let ledger = Ledger::new(DeletedInBetween {
-            inner: memory::InMemoryTable::new("t"),
-            puts: Default::default(),
-        });
-        let claim = run(ledger.claim(&request("me/1", 1_000)).await.unwrap());
-        assert_eq!((claim.owner.as_str(), claim.attempt), ("me/1", 1));
-        assert_eq!(ledger.get("k").await.unwrap().unwrap().owner, "me/1");
-    }
-
-    #[tokio::test]
-    async fn injected_faults_surface_as_ledger_errors() {
-        let plan = std::sync::Arc::new(crate::faults::FaultPlan::new());
-        plan.fail(
-            crate::faults::Call::PutRow,
-            1,
-            "ProvisionedThroughputExceededException",
-        );
-        let ledger = Ledger::new(faults::FaultyTable::new(
-            memory::InMemoryTable::new("jobs"),
-            plan.clone(),
-        ));
-        let err = ledger.claim(&request("A", 0)).await.unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("PutItem on table jobs failed: injected fault"),
-            "{err}"
-        );
-        run(ledger.claim(&request("A", 0)).await.unwrap());
-        assert_eq!(plan.injected(), 1);
-    }
-}
+mod tests;

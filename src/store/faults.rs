@@ -8,7 +8,8 @@ use std::sync::Arc;
 use aws_sdk_s3::primitives::ByteStream;
 
 use super::{
-    ErrorKind, GetError, HeadError, ListError, ObjectClient, ObjectRef, PutError, VersionsPage,
+    DeleteError, ErrorKind, GetError, HeadError, ListError, ObjectClient, ObjectRef, PutError,
+    VersionsPage,
 };
 use crate::faults::{Call, FaultPlan};
 use crate::fingerprint::ObjectHead;
@@ -111,5 +112,35 @@ impl ObjectClient for FaultyObjects {
         from: Option<&(String, String)>,
     ) -> Result<VersionsPage, ListError> {
         self.inner.list_object_versions(bucket, prefix, from).await
+    }
+
+    async fn list_objects(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        from: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), ListError> {
+        if let Some(message) = self.plan.check(Call::ListObjects, prefix) {
+            return Err(ListError {
+                operation: "ListObjectsV2",
+                bucket: bucket.to_string(),
+                prefix: prefix.to_string(),
+                message,
+                kind: ErrorKind::Transient,
+            });
+        }
+        self.inner.list_objects(bucket, prefix, from).await
+    }
+
+    async fn delete_objects(&self, bucket: &str, keys: &[String]) -> Result<(), DeleteError> {
+        let first = keys.first().map(String::as_str).unwrap_or_default();
+        if let Some(message) = self.plan.check(Call::DeleteObjects, first) {
+            return Err(DeleteError {
+                bucket: bucket.to_string(),
+                message,
+                kind: ErrorKind::Transient,
+            });
+        }
+        self.inner.delete_objects(bucket, keys).await
     }
 }

@@ -3,7 +3,7 @@
 //! checksum for objects inserted with one), and which refuses a call to a
 //! bucket another account owns with S3's 403 when an owner is expected.
 
-use super::{ListError, VersionsPage};
+use super::{DeleteError, ListError, VersionsPage};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -107,6 +107,12 @@ impl InMemoryObjects {
     }
 
     /// An object's bytes.
+    /// Deletes an object (as another writer would).
+    pub fn remove(&self, bucket: &str, key: &str) {
+        self.objects()
+            .remove(&(bucket.to_string(), key.to_string()));
+    }
+
     pub fn bytes(&self, bucket: &str, key: &str) -> Option<Vec<u8>> {
         self.objects()
             .get(&(bucket.to_string(), key.to_string()))
@@ -230,5 +236,22 @@ impl ObjectClient for Arc<InMemoryObjects> {
                 .collect(),
             next: None,
         })
+    }
+
+    async fn list_objects(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        _from: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), ListError> {
+        Ok((self.keys(bucket, prefix), None))
+    }
+
+    async fn delete_objects(&self, bucket: &str, keys: &[String]) -> Result<(), DeleteError> {
+        let mut objects = self.objects();
+        for key in keys {
+            objects.remove(&(bucket.to_string(), key.clone()));
+        }
+        Ok(())
     }
 }

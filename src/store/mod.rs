@@ -71,13 +71,26 @@ pub struct PutError {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("ListObjectVersions s3://{bucket}/{prefix} failed: {message}")]
+#[error("{operation} s3://{bucket}/{prefix} failed: {message}")]
 pub struct ListError {
+    /// `ListObjectsV2` or `ListObjectVersions`.
+    pub operation: &'static str,
     pub bucket: String,
     pub prefix: String,
     pub message: String,
     pub kind: ErrorKind,
 }
+
+#[derive(Debug, thiserror::Error)]
+#[error("DeleteObjects in s3://{bucket} failed: {message}")]
+pub struct DeleteError {
+    pub bucket: String,
+    pub message: String,
+    pub kind: ErrorKind,
+}
+
+/// S3's most keys in one DeleteObjects (and one ListObjectsV2 page).
+pub const MAX_KEYS_PER_CALL: usize = 1_000;
 
 /// One page of ListObjectVersions: the versions (not delete markers) of
 /// the keys under a prefix, and where the next page starts.
@@ -130,6 +143,20 @@ pub trait ObjectClient: Send + Sync + std::fmt::Debug {
         body: ByteStream,
     ) -> Result<(), PutError>;
 
+    /// ListObjectsV2 of `prefix`, one page (up to 1,000 keys), from `from`
+    /// (the previous page's continuation token): the keys, and the token
+    /// of the next page if there is one.
+    async fn list_objects(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        from: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), ListError>;
+
+    /// DeleteObjects of up to [`MAX_KEYS_PER_CALL`] keys (quiet): `Err`
+    /// names the first key S3 could not delete. A missing key is deleted.
+    async fn delete_objects(&self, bucket: &str, keys: &[String]) -> Result<(), DeleteError>;
+
     /// ListObjectVersions of `prefix`, one page, from `from` (the previous
     /// page's `next`).
     async fn list_object_versions(
@@ -173,6 +200,21 @@ impl ObjectStore {
         range: Range<u64>,
     ) -> Result<Vec<u8>, GetError> {
         self.client.get_object_range(object, range).await
+    }
+
+    /// One ListObjectsV2 page of `prefix`.
+    pub async fn list_page(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        from: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), ListError> {
+        self.client.list_objects(bucket, prefix, from).await
+    }
+
+    /// Deletes up to [`MAX_KEYS_PER_CALL`] keys.
+    pub async fn delete_keys(&self, bucket: &str, keys: &[String]) -> Result<(), DeleteError> {
+        self.client.delete_objects(bucket, keys).await
     }
 
     /// Every version (not delete markers) of exactly `key`, all pages.

@@ -10,8 +10,8 @@ use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_runtime_api::http::Response;
 
 use super::{
-    owner_mismatch, ErrorKind, GetError, HeadError, ListError, ObjectClient, ObjectRef, PutError,
-    VersionsPage,
+    owner_mismatch, DeleteError, ErrorKind, GetError, HeadError, ListError, ObjectClient,
+    ObjectRef, PutError, VersionsPage,
 };
 use crate::aws::describe_error;
 use crate::fingerprint::ObjectHead;
@@ -214,6 +214,7 @@ impl ObjectClient for S3Objects {
             .send()
             .await
             .map_err(|err| ListError {
+                operation: "ListObjectVersions",
                 bucket: bucket.to_string(),
                 prefix: prefix.to_string(),
                 message: self.describe(&err),
@@ -240,5 +241,82 @@ impl ObjectClient for S3Objects {
             None
         };
         Ok(VersionsPage { versions, next })
+    }
+
+    async fn list_objects(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        from: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), ListError> {
+        let output = self
+            .client
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .set_continuation_token(from.map(str::to_string))
+            .set_expected_bucket_owner(self.expected_bucket_owner.clone())
+            .send()
+            .await
+            .map_err(|err| ListError {
+                operation: "ListObjectsV2",
+                bucket: bucket.to_string(),
+                prefix: prefix.to_string(),
+                message: self.describe(&err),
+                kind: ErrorKind::of_sdk(&err),
+            })?;
+        let keys = output
+            .contents()
+            .iter()
+            .filter_map(|object| object.key().map(str::to_string))
+            .collect();
+        let next = output
+            .next_continuation_token()
+            .filter(|_| output.is_truncated() == Some(true))
+            .map(str::to_string);
+        Ok((keys, next))
+    }
+
+    async fn delete_objects(&self, bucket: &str, keys: &[String]) -> Result<(), DeleteError> {
+        use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+        let failed = |message: String, kind| DeleteError {
+            bucket: bucket.to_string(),
+            message,
+            kind,
+        };
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let objects = keys
+            .iter()
+            .map(|key| ObjectIdentifier::builder().key(key).build())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| failed(e.to_string(), ErrorKind::Other))?;
+        let delete = Delete::builder()
+            .set_objects(Some(objects))
+            .quiet(true)
+            .build()
+            .map_err(|e| failed(e.to_string(), ErrorKind::Other))?;
+        let output = self
+            .client
+            .delete_objects()
+            .bucket(bucket)
+            .delete(delete)
+            .set_expected_bucket_owner(self.expected_bucket_owner.clone())
+            .send()
+            .await
+            .map_err(|err| failed(self.describe(&err), ErrorKind::of_sdk(&err)))?;
+        match output.errors().first() {
+            None => Ok(()),
+            Some(error) => Err(failed(
+                format!(
+                    "{}: {} {}",
+                    error.key().unwrap_or_default(),
+                    error.code().unwrap_or_default(),
+                    error.message().unwrap_or_default()
+                ),
+                ErrorKind::Other,
+            )),
+        }
     }
 }

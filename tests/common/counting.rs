@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_s3::primitives::ByteStream;
 use mediaonce::fingerprint::ObjectHead;
 use mediaonce::store::{
-    GetError, HeadError, ListError, ObjectClient, ObjectRef, PutError, VersionsPage,
+    DeleteError, GetError, HeadError, ListError, ObjectClient, ObjectRef, PutError, VersionsPage,
 };
 
 /// Counts DynamoDB calls made through a client (one per operation, not per
@@ -98,5 +98,18 @@ impl ObjectClient for ReadCounter {
         from: Option<&(String, String)>,
     ) -> Result<VersionsPage, ListError> {
         self.inner.list_object_versions(bucket, prefix, from).await
+    }
+
+    async fn list_objects(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        from: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), ListError> {
+        self.inner.list_objects(bucket, prefix, from).await
+    }
+
+    async fn delete_objects(&self, bucket: &str, keys: &[String]) -> Result<(), DeleteError> {
+        self.inner.delete_objects(bucket, keys).await
     }
 }

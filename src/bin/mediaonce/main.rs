@@ -82,6 +82,14 @@ enum Command {
         #[arg(long)]
         recipe: Option<String>,
     },
+    /// Collect every job due now: nothing references it and its grace
+    /// (MEDIAONCE_GC_GRACE_SECS) has passed. Prints one JSON line per job
+    /// with the objects deleted. Needs the handler's configuration.
+    Gc {
+        /// List what would be deleted; touch nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Upload a file so that its jobs are keyed by its content: one PUT
     /// carrying its SHA-256 (which S3 verifies and keeps) up to 5 GiB, else
     /// a multipart upload (a worker then hashes it once). Prints the input
@@ -140,6 +148,7 @@ fn main() -> ExitCode {
         }
         Command::Invoke { event } => invoke(&event),
         Command::Outputs { object, version_id } => outputs(&object, version_id),
+        Command::Gc { dry_run } => gc(dry_run),
         Command::Reprocess {
             object,
             version_id,
@@ -409,6 +418,38 @@ const EVENT_KEY: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'~')
     .remove(b'/');
+
+fn gc(dry_run: bool) -> ExitCode {
+    lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::stderr);
+    block_on(async {
+        let app = match App::from_env(StepRegistry::builtin()).await {
+            Ok(app) => app,
+            Err(e) => return fail(format!("gc: {e}")),
+        };
+        match app.collect_due(dry_run).await {
+            Ok(collected) => {
+                for job in &collected {
+                    match serde_json::to_string(job) {
+                        Ok(line) => println!("{line}"),
+                        Err(e) => return fail(format!("gc: {e}")),
+                    }
+                }
+                eprintln!(
+                    "gc: {} job(s) {}, {} object(s)",
+                    collected.len(),
+                    if dry_run {
+                        "due (dry run)"
+                    } else {
+                        "collected"
+                    },
+                    collected.iter().map(|c| c.deleted.len()).sum::<usize>()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(format!("gc: {e}")),
+        }
+    })
+}
 
 /// `s3://bucket/key` split, when it is one.
 fn s3_object(location: &str) -> Option<(&str, &str)> {

@@ -1,0 +1,296 @@
+//! Collection: a job nothing references loses its outputs, then its row,
+//! after its grace, and never while a reference can reach it. The races
+//! and crash points run on the in-memory and failure-injecting clients with
+//! a clock the test moves; the round trip runs on the emulators.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use common::{Options, Pipeline};
+use mediaonce::config::{Config, ENV_GC_GRACE_SECS};
+use mediaonce::faults::{Call, FaultPlan};
+use mediaonce::handler::{handle_batch, App, BatchReport, Invocation, Outcome, COLLECT_LEASE};
+use mediaonce::key::{job_key, sha256_hex};
+use mediaonce::lease::Clock;
+use mediaonce::ledger::faults::FaultyTable;
+use mediaonce::ledger::memory::InMemoryTable;
+use mediaonce::ledger::{JobStatus, Ledger};
+use mediaonce::queue::{Queue, RecordingQueue};
+use mediaonce::steps::StepRegistry;
+use mediaonce::store::faults::FaultyObjects;
+use mediaonce::store::memory::InMemoryObjects;
+use mediaonce::store::ObjectStore;
+
+const BYTES: &[u8] = b"shared bytes";
+const GRACE_SECS: u64 = 60;
+
+/// A clock the test moves.
+#[derive(Debug, Clone, Default)]
+struct TestClock(Arc<AtomicU64>);
+
+impl TestClock {
+    fn advance_ms(&self, ms: u64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for TestClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+struct World {
+    app: Arc<App>,
+    objects: Arc<InMemoryObjects>,
+    clock: TestClock,
+    faults: Arc<FaultPlan>,
+    next_id: AtomicU64,
+}
+
+fn world(grace_secs: u64) -> World {
+    let steps = StepRegistry::builtin();
+    let vars = HashMap::from([
+        ("MEDIAONCE_TABLE", "jobs".to_string()),
+        ("MEDIAONCE_OUTPUT_BUCKET", "out".to_string()),
+        (ENV_GC_GRACE_SECS, grace_secs.to_string()),
+    ]);
+    let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps).unwrap();
+    let objects = InMemoryObjects::new();
+    let faults = Arc::new(FaultPlan::new());
+    let clock = TestClock(Arc::new(AtomicU64::new(1_000_000)));
+    let app = App::new(
+        config,
+        Ledger::new(FaultyTable::new(InMemoryTable::new("jobs"), faults.clone())),
+        ObjectStore::new(FaultyObjects::new(objects.clone(), faults.clone())),
+        Queue::new(Arc::new(RecordingQueue::default())),
+    )
+    .with_clock(clock.clone());
+    World {
+        app: Arc::new(app),
+        objects,
+        clock,
+        faults,
+        next_id: AtomicU64::new(0),
+    }
+}
+
+impl World {
+    fn key(&self) -> String {
+        job_key(&sha256_hex(BYTES), &self.app.config.recipes[0].recipe_hash)
+    }
+
+    async fn event(&self, name: &str, key: &str) -> BatchReport {
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let body = serde_json::json!({"Records": [{
+            "eventName": name,
+            "s3": {"bucket": {"name": "in"}, "object": {"key": key, "sequencer": format!("{id:04X}")}}
+        }]});
+        let mut message = SqsMessage::default();
+        message.message_id = Some(format!("m{id}"));
+        message.body = Some(body.to_string());
+        let mut event = SqsEvent::default();
+        event.records = vec![message];
+        let invocation = Invocation {
+            request_id: format!("r{id}"),
+            deadline_ms: None,
+        };
+        handle_batch(self.app.clone(), event, invocation).await
+    }
+
+    async fn upload(&self, key: &str) -> BatchReport {
+        self.objects.insert("in", key, BYTES, true);
+        self.event("ObjectCreated:Put", key).await
+    }
+
+    async fn remove(&self, key: &str) -> BatchReport {
+        self.objects.remove("in", key);
+        self.event("ObjectRemoved:Delete", key).await
+    }
+
+    fn outputs(&self) -> Vec<String> {
+        self.objects
+            .keys("out", &format!("derived/{}/", self.key()))
+    }
+
+    async fn status(&self) -> Option<(JobStatus, Option<u64>)> {
+        self.app
+            .ledger
+            .get(&self.key())
+            .await
+            .unwrap()
+            .map(|row| (row.status, row.refs))
+    }
+}
+
+fn outcomes(report: &BatchReport) -> Vec<Outcome> {
+    report.jobs().map(|j| j.outcome).collect()
+}
+
+#[tokio::test]
+async fn after_the_grace_the_last_release_frees_outputs_and_row() {
+    let w = world(GRACE_SECS);
+    assert_eq!(outcomes(&w.upload("a.bin").await), [Outcome::Ran]);
+    assert_eq!(outcomes(&w.upload("b.bin").await), [Outcome::Reused]);
+    assert_eq!(w.status().await, Some((JobStatus::Done, Some(2))));
+    w.remove("a.bin").await;
+    w.remove("b.bin").await;
+    assert_eq!(w.status().await, Some((JobStatus::Done, Some(0))));
+    // Within the grace: kept.
+    assert!(w.app.collect_due(false).await.unwrap().is_empty());
+    assert!(!w.outputs().is_empty());
+
+    w.clock.advance_ms(GRACE_SECS * 1_000);
+    let dry = w.app.collect_due(true).await.unwrap();
+    assert_eq!(dry.len(), 1);
+    assert_eq!(dry[0].deleted, w.outputs());
+    assert!(!w.outputs().is_empty(), "a dry run touches nothing");
+    let collected = w.app.collect_due(false).await.unwrap();
+    assert_eq!(collected[0].outcome, "collected");
+    assert!(w.outputs().is_empty());
+    assert_eq!(w.status().await, None);
+
+    // Uploaded again: the job runs from nothing.
+    assert_eq!(outcomes(&w.upload("c.bin").await), [Outcome::Ran]);
+    assert!(!w.outputs().is_empty());
+    assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))));
+}
+
+#[tokio::test]
+async fn a_reference_between_the_last_release_and_the_collection_keeps_everything() {
+    let w = world(GRACE_SECS);
+    w.upload("a.bin").await;
+    w.remove("a.bin").await;
+    w.clock.advance_ms(GRACE_SECS * 1_000);
+    // Due now, but another upload of the bytes arrives first.
+    assert_eq!(outcomes(&w.upload("b.bin").await), [Outcome::Reused]);
+    let collected = w.app.collect(&w.key()).await.unwrap();
+    assert!(collected.outcome.starts_with("not due"), "{collected:?}");
+    assert!(!w.outputs().is_empty());
+    assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))));
+}
+
+#[tokio::test]
+async fn a_reference_during_the_deletes_waits_then_runs_the_job_again() {
+    let w = world(0);
+    w.upload("a.bin").await;
+    // The collection the release starts stops after its conditional write
+    // (its first listing fails): the row stays `collecting`.
+    w.faults.fail(Call::ListObjects, 1, "crash");
+    w.remove("a.bin").await;
+    assert_eq!(w.status().await.map(|s| s.0), Some(JobStatus::Collecting));
+
+    // A new upload of the same bytes while the collection holds the row.
+    let report = w.upload("b.bin").await;
+    assert_eq!(outcomes(&report), [Outcome::Busy], "{report:?}");
+    assert_eq!(report.response().batch_item_failures.len(), 1);
+
+    // Its lease passes: the message comes back and runs the job from
+    // nothing (the stopped collection never deletes again).
+    w.clock
+        .advance_ms(u64::try_from(COLLECT_LEASE.as_millis()).unwrap());
+    let report = w.event("ObjectCreated:Put", "b.bin").await;
+    assert_eq!(outcomes(&report), [Outcome::Ran], "{report:?}");
+    assert!(!w.outputs().is_empty());
+    assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))));
+    assert!(w.app.collect_due(false).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_collection_stopped_at_any_step_is_finished_by_the_next() {
+    for (call, skip) in [
+        (Call::ListObjects, 0),
+        (Call::DeleteObjects, 0),
+        (Call::EndCollect, 0),
+    ] {
+        let w = world(0);
+        w.upload("a.bin").await;
+        w.faults.fail_after(call, skip, 1, "crash");
+        w.remove("a.bin").await;
+        assert_eq!(
+            w.status().await.map(|s| s.0),
+            Some(JobStatus::Collecting),
+            "{call:?}"
+        );
+        // Not before its lease passes...
+        assert!(w.app.collect_due(false).await.unwrap().is_empty());
+        // ...then the sweep takes it over and finishes.
+        w.clock
+            .advance_ms(u64::try_from(COLLECT_LEASE.as_millis()).unwrap());
+        let collected = w.app.collect_due(false).await.unwrap();
+        assert_eq!(collected.len(), 1, "{call:?}");
+        assert_eq!(collected[0].outcome, "collected");
+        assert!(w.outputs().is_empty(), "{call:?}");
+        assert_eq!(w.status().await, None, "{call:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_referenced_job_is_never_collected_and_nothing_else_is_touched() {
+    let w = world(0);
+    w.upload("a.bin").await;
+    w.objects
+        .insert("out", "derived/other/keep.bin", b"x", false);
+    w.objects.insert(
+        "out",
+        &format!("derived/{}-suffix/keep.bin", w.key()),
+        b"x",
+        false,
+    );
+    assert!(w
+        .app
+        .collect(&w.key())
+        .await
+        .unwrap()
+        .outcome
+        .starts_with("not due"));
+    w.remove("a.bin").await;
+    assert_eq!(w.status().await, None, "collected at once with no grace");
+    let mut left = w.objects.keys("out", "derived/");
+    left.sort();
+    let mut expected = vec![
+        "derived/other/keep.bin".to_string(),
+        format!("derived/{}-suffix/keep.bin", w.key()),
+    ];
+    expected.sort();
+    assert_eq!(left, expected);
+}
+
+#[tokio::test]
+async fn on_the_emulators_the_last_delete_collects_and_an_upload_brings_it_back() {
+    let p = Pipeline::new(Options {
+        separate_output_bucket: true,
+        vars: vec![(ENV_GC_GRACE_SECS, "0".into())],
+        ..Options::default()
+    })
+    .await;
+    p.put("one.bin", BYTES, true).await;
+    p.put("two.bin", BYTES, true).await;
+    p.handle(p.receive(2).await).await;
+    let key = job_key(&sha256_hex(BYTES), &p.app.config.recipes[0].recipe_hash);
+    let prefix = format!("derived/{key}/");
+    assert_eq!(p.row(&key).await.unwrap().refs, Some(2));
+
+    for name in ["one.bin", "two.bin"] {
+        p.s3.delete_object()
+            .bucket(&p.bucket)
+            .key(name)
+            .send()
+            .await
+            .unwrap();
+        let report = p.handle(p.receive(1).await).await;
+        assert!(report.response().batch_item_failures.is_empty());
+    }
+    assert!(p.output_keys(&prefix).await.is_empty());
+    assert_eq!(p.row(&key).await, None);
+
+    p.put("three.bin", BYTES, true).await;
+    let report = p.handle(p.receive(1).await).await;
+    assert_eq!(report.count(Outcome::Ran), 1, "{report:?}");
+    assert!(!p.output_keys(&prefix).await.is_empty());
+    assert_eq!(p.row(&key).await.unwrap().refs, Some(1));
+}
