@@ -272,6 +272,43 @@ fn parse_record(value: serde_json::Value) -> Result<S3Record, String> {
     })
 }
 
+/// What S3 percent-encodes in an event's key: all but unreserved
+/// characters and `/`.
+const EVENT_KEY: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
+
+/// Encodes an object key as S3 writes it in events ([`decode_key`]'s
+/// inverse): a message made here reads as S3's own.
+pub fn encode_key(key: &str) -> String {
+    percent_encoding::utf8_percent_encode(key, EVENT_KEY).to_string()
+}
+
+/// The body of the notification S3 sends for an object created: one
+/// `ObjectCreated:Put` record, key encoded, with what is known of it.
+pub fn created_notification(
+    bucket: &str,
+    key: &str,
+    version_id: Option<&str>,
+    etag: Option<&str>,
+    size: Option<u64>,
+) -> String {
+    serde_json::json!({"Records": [{
+        "eventVersion": "2.1",
+        "eventSource": "aws:s3",
+        "eventName": "ObjectCreated:Put",
+        "s3": {
+            "s3SchemaVersion": "1.0",
+            "bucket": {"name": bucket, "arn": format!("arn:aws:s3:::{bucket}")},
+            "object": {"key": encode_key(key), "versionId": version_id, "eTag": etag, "size": size},
+        },
+    }]})
+    .to_string()
+}
+
 /// Decodes an object key as S3 writes it in events: form-style, so `+` is a
 /// space, then percent-decoding. A literal `+` arrives as `%2B`.
 pub fn decode_key(encoded: &str) -> Result<String, String> {
@@ -329,6 +366,21 @@ mod tests {
             record("Object Deleted", Some("Delete Marker Created")).kind(),
             EventKind::DeleteMarker
         );
+    }
+
+    #[test]
+    fn keys_encode_as_s3_writes_them_and_decode_back() {
+        for key in ["a b+c.jpg", "café/ü ß.png", "x~y_z-1.2", "%41", "q?r#s&t"] {
+            assert_eq!(decode_key(&encode_key(key)).unwrap(), key);
+        }
+        assert_eq!(encode_key("a b+c/d.jpg"), "a%20b%2Bc/d.jpg");
+        let body = created_notification("in", "a b.jpg", Some("v1"), Some("abc"), Some(3));
+        let Notification::Records(records) = parse_body(&body).unwrap() else {
+            panic!("expected records");
+        };
+        assert_eq!(records[0].key, "a b.jpg");
+        assert_eq!(records[0].version_id.as_deref(), Some("v1"));
+        assert_eq!(records[0].kind(), EventKind::Created);
     }
 
     #[test]

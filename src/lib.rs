@@ -55,6 +55,7 @@ macro_rules! internal {
 }
 
 pub mod aws;
+pub mod backfill;
 pub mod config;
 pub mod error;
 pub mod fingerprint;

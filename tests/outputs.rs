@@ -6,6 +6,7 @@ mod common;
 use std::process::{Command, Output};
 
 use common::{Options, Pipeline};
+use mediaonce::handler::Outcome;
 use mediaonce::key::{job_key, sha256_hex};
 use serde_json::Value;
 
@@ -134,4 +135,101 @@ async fn reprocess_twice_runs_once_and_a_new_version_runs_beside() {
 
     let (missing, _) = reprocess(&p, &[&format!("s3://{}/docs/none.bin", p.bucket)]);
     assert_eq!(missing.status.code(), Some(1));
+}
+
+fn backfill(args: &[&str]) -> (Output, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_mediaonce"))
+        .arg("backfill")
+        .args(args)
+        .output()
+        .expect("mediaonce runs");
+    let summary = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out, summary)
+}
+
+/// Every message of `queue_url`, as Lambda would get them.
+async fn drain(p: &Pipeline, queue_url: &str) -> Vec<aws_lambda_events::event::sqs::SqsMessage> {
+    let mut got = Vec::new();
+    let mut empty = 0;
+    while empty < 2 {
+        let batch = common::receive_from(&p.sqs, queue_url).await;
+        empty = if batch.is_empty() { empty + 1 } else { 0 };
+        got.extend(batch.into_iter().map(|m| p.lambda_message(m)));
+    }
+    got
+}
+
+#[tokio::test]
+async fn backfill_sends_one_notification_per_object_and_twice_reuses() {
+    let p = Pipeline::new(Options {
+        separate_output_bucket: true,
+        ..Options::default()
+    })
+    .await;
+    let count = 23;
+    for i in 0..count {
+        p.put(
+            &format!("old/{i:03} x.bin"),
+            format!("object {i}").as_bytes(),
+            true,
+        )
+        .await;
+    }
+    p.put("elsewhere.bin", b"not under the prefix", true).await;
+    let queue_url = p
+        .sqs
+        .create_queue()
+        .queue_name(common::unique("backfill"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let location = format!("s3://{}/old/", p.bucket);
+
+    let (out, summary) = backfill(&[&location, "--queue-url", &queue_url, "--dry-run"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        (summary["listed"].as_u64(), summary["sent"].as_u64()),
+        (Some(count), Some(0))
+    );
+    assert!(
+        drain(&p, &queue_url).await.is_empty(),
+        "a dry run sends nothing"
+    );
+
+    let (out, summary) = backfill(&[&location, "--queue-url", &queue_url]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(summary["sent"].as_u64(), Some(count));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("{count} message(s) sent")));
+    let messages = drain(&p, &queue_url).await;
+    assert_eq!(messages.len() as u64, count);
+    let report = p.handle(messages).await;
+    assert_eq!(report.count(Outcome::Ran) as u64, count, "{report:?}");
+
+    // Again: only reused jobs.
+    backfill(&[&location, "--queue-url", &queue_url]);
+    let report = p.handle(drain(&p, &queue_url).await).await;
+    assert_eq!(report.count(Outcome::Reused) as u64, count, "{report:?}");
+    assert_eq!(report.count(Outcome::Ran), 0);
+
+    // Resumed after a key: only what follows it.
+    let (_, summary) = backfill(&[
+        &location,
+        "--queue-url",
+        &queue_url,
+        "--start-after",
+        "old/019 x.bin",
+    ]);
+    assert_eq!(summary["sent"].as_u64(), Some(3));
+    assert_eq!(summary["last_key"], "old/022 x.bin");
+    drain(&p, &queue_url).await;
 }

@@ -18,7 +18,6 @@ use mediaonce::steps::StepRegistry;
 use mediaonce::upload::{UploadOptions, DEFAULT_PART_SIZE, MIN_PART_SIZE, SINGLE_PUT_MAX};
 use mediaonce::Outcome;
 use mediaonce::{handle_batch, App, Invocation};
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 #[derive(Parser)]
 #[command(
@@ -90,6 +89,23 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Send every object under s3://bucket[/prefix] to the job queue as the
+    /// notification S3 would have sent for it (ten to a SendMessageBatch),
+    /// so the deployed function runs the configured recipes over objects
+    /// already there. Running it twice costs only reused jobs.
+    Backfill {
+        /// Where the objects are: s3://bucket or s3://bucket/prefix.
+        location: String,
+        /// The job queue.
+        #[arg(long)]
+        queue_url: String,
+        /// Count the objects; send nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Resume after this key (the summary of a stopped run names it).
+        #[arg(long)]
+        start_after: Option<String>,
+    },
     /// Upload a file so that its jobs are keyed by its content: one PUT
     /// carrying its SHA-256 (which S3 verifies and keeps) up to 5 GiB, else
     /// a multipart upload (a worker then hashes it once). Prints the input
@@ -149,6 +165,12 @@ fn main() -> ExitCode {
         Command::Invoke { event } => invoke(&event),
         Command::Outputs { object, version_id } => outputs(&object, version_id),
         Command::Gc { dry_run } => gc(dry_run),
+        Command::Backfill {
+            location,
+            queue_url,
+            dry_run,
+            start_after,
+        } => backfill(&location, queue_url, dry_run, start_after),
         Command::Reprocess {
             object,
             version_id,
@@ -365,17 +387,12 @@ fn reprocess(location: &str, version_id: Option<String>, recipe: Option<String>)
         Ok(config) => config,
         Err(e) => return fail(format!("reprocess: {e}")),
     };
-    // The notification S3 would have sent for the object (keys are
-    // form-encoded in S3's events).
-    let encoded = utf8_percent_encode(key, EVENT_KEY).to_string();
-    let body = serde_json::json!({"Records": [{
-        "eventSource": "aws:s3",
-        "eventName": "ObjectCreated:Put",
-        "s3": {"bucket": {"name": bucket}, "object": {"key": encoded, "versionId": version_id}},
-    }]});
+    // The notification S3 would have sent for the object.
+    let body =
+        mediaonce::backfill::created_notification(bucket, key, version_id.as_deref(), None, None);
     let mut message = aws_lambda_events::event::sqs::SqsMessage::default();
     message.message_id = Some(format!("reprocess-{}", std::process::id()));
-    message.body = Some(body.to_string());
+    message.body = Some(body);
     let mut event = SqsEvent::default();
     event.records = vec![message];
     block_on(async {
@@ -410,15 +427,6 @@ fn reprocess(location: &str, version_id: Option<String>, recipe: Option<String>)
     })
 }
 
-/// What S3 percent-encodes in an event's key (all but unreserved
-/// characters and `/`).
-const EVENT_KEY: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~')
-    .remove(b'/');
-
 fn gc(dry_run: bool) -> ExitCode {
     lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::stderr);
     block_on(async {
@@ -447,6 +455,59 @@ fn gc(dry_run: bool) -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => fail(format!("gc: {e}")),
+        }
+    })
+}
+
+fn backfill(
+    location: &str,
+    queue_url: String,
+    dry_run: bool,
+    start_after: Option<String>,
+) -> ExitCode {
+    let Some(rest) = location.strip_prefix("s3://").filter(|r| !r.is_empty()) else {
+        return fail(format!(
+            "backfill: {location:?} is not an s3://bucket[/prefix] location"
+        ));
+    };
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let options = mediaonce::backfill::BackfillOptions {
+        bucket: bucket.to_string(),
+        prefix: prefix.to_string(),
+        queue_url,
+        dry_run,
+        start_after,
+    };
+    block_on(async {
+        let sdk = mediaonce::aws::load_sdk_config().await;
+        let s3 = mediaonce::aws::s3_client(&sdk);
+        let sqs = mediaonce::aws::sqs_client(&sdk);
+        let counts = Arc::new(mediaonce::backfill::BackfillProgress::default());
+        let shown = progress::show_counts(counts.clone(), dry_run);
+        let result = mediaonce::backfill::backfill(&s3, &sqs, &options, &counts).await;
+        shown.stop();
+        match result {
+            Ok(summary) => {
+                eprintln!(
+                    "backfill: {} object(s) listed, {} message(s) sent{}{}",
+                    summary.listed,
+                    summary.sent,
+                    if dry_run { " (dry run)" } else { "" },
+                    summary
+                        .last_key
+                        .as_deref()
+                        .map(|k| format!("; last key {k:?}"))
+                        .unwrap_or_default()
+                );
+                match serde_json::to_string(&summary) {
+                    Ok(json) => {
+                        println!("{json}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => fail(format!("backfill: {e}")),
+                }
+            }
+            Err(e) => fail(format!("backfill: {e}")),
         }
     })
 }

@@ -5,6 +5,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mediaonce::backfill::BackfillProgress;
 use mediaonce::upload::Progress;
 
 /// How often the display is redrawn.
@@ -67,6 +68,69 @@ impl Shown {
     }
 }
 
+/// Shows a backfill's counts: redrawn on a terminal (a bar of sent over
+/// listed), a line every 1,000 messages otherwise.
+pub fn show_counts(counts: Arc<BackfillProgress>, dry_run: bool) -> Counting {
+    use std::sync::atomic::Ordering;
+    let terminal = std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let task = tokio::spawn(async move {
+        let mut thousands_shown = 0;
+        let mut ticks = tokio::time::interval(REDRAW);
+        loop {
+            ticks.tick().await;
+            let listed = counts.listed.load(Ordering::Relaxed);
+            let sent = counts.sent.load(Ordering::Relaxed);
+            let line = counts_line(listed, sent, started.elapsed(), terminal, dry_run);
+            if terminal {
+                eprint!("\r{line}");
+            } else if (listed / 1_000) > thousands_shown {
+                thousands_shown = listed / 1_000;
+                eprintln!("{line}");
+            }
+            let _ = std::io::stderr().flush();
+        }
+    });
+    Counting { task, terminal }
+}
+
+pub struct Counting {
+    task: tokio::task::JoinHandle<()>,
+    terminal: bool,
+}
+
+impl Counting {
+    pub fn stop(self) {
+        self.task.abort();
+        if self.terminal {
+            eprintln!();
+        }
+    }
+}
+
+/// A backfill's progress line. Pure.
+pub fn counts_line(listed: u64, sent: u64, elapsed: Duration, bar: bool, dry_run: bool) -> String {
+    let rate = (if dry_run { listed } else { sent }) as f64 / elapsed.as_secs_f64().max(1e-3);
+    let text = format!(
+        "{listed} listed, {sent} sent, {rate:.0} {}/s",
+        if dry_run { "objects" } else { "messages" }
+    );
+    if !bar || dry_run {
+        return format!("backfill: {text}");
+    }
+    let filled = if listed == 0 {
+        0
+    } else {
+        ((sent as f64 / listed as f64) * BAR_WIDTH as f64) as usize
+    }
+    .min(BAR_WIDTH);
+    format!(
+        "[{}{}] {text}",
+        "#".repeat(filled),
+        ".".repeat(BAR_WIDTH - filled)
+    )
+}
+
 /// One progress line: a bar (on a terminal), the share, the bytes and the
 /// rate. Pure.
 pub fn line(sent: u64, total: u64, elapsed: Duration, bar: bool) -> String {
@@ -112,5 +176,17 @@ mod tests {
         let plain = line(100 << 20, 100 << 20, Duration::from_secs(4), false);
         assert_eq!(plain, "uploaded 100% 100.0 MiB of 100.0 MiB at 25.0 MiB/s");
         assert!(line(0, 0, Duration::ZERO, false).contains("100%"));
+    }
+
+    #[test]
+    fn backfill_lines_show_counts_and_rate() {
+        assert_eq!(
+            counts_line(20, 10, Duration::from_secs(2), true, false),
+            "[###############...............] 20 listed, 10 sent, 5 messages/s"
+        );
+        assert_eq!(
+            counts_line(30, 0, Duration::from_secs(3), false, true),
+            "backfill: 30 listed, 0 sent, 10 objects/s"
+        );
     }
 }
