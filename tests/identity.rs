@@ -115,7 +115,11 @@ async fn multipart_uploads_of_the_same_bytes_share_one_job() {
     let two = head_checksum(&p, "post-1/photo.png").await;
     // A composite checksum: no key could come from it.
     assert!(two.as_deref().is_some_and(|c| c.ends_with("-2")), "{two:?}");
-    let report = p.handle(p.receive(1).await).await;
+    let messages = p.receive(1).await;
+    let calls = p.ledger_calls.get();
+    let report = p.handle(messages).await;
+    // Cache GetItem (a miss) and PutItem, claim, finish, reference.
+    assert_eq!(p.ledger_calls.get() - calls, 5);
     let job = only_job(&report);
     assert_eq!(job.outcome, Outcome::Ran, "{report:?}");
     assert_eq!(job.input_hash_source, Some(FingerprintSource::Computed));
@@ -284,7 +288,11 @@ async fn a_plain_probe_in_auto_keys_by_version_and_etag_without_a_whole_read() {
     .await;
     let bytes = small_png(6);
     let put = p.put("p.png", &bytes, false).await;
-    let report = p.handle(p.receive(1).await).await;
+    let messages = p.receive(1).await;
+    let calls = p.ledger_calls.get();
+    let report = p.handle(messages).await;
+    // Cache GetItem (a miss), claim, finish, reference.
+    assert_eq!(p.ledger_calls.get() - calls, 4);
     let job = only_job(&report);
     assert_eq!(
         (job.outcome, job.input_hash_source),
@@ -359,7 +367,11 @@ async fn content_identity_hashes_a_ranged_only_job_without_keeping_the_bytes() {
     .await;
     let bytes = small_png(8);
     p.put("c.png", &bytes, false).await;
-    let report = p.handle(p.receive(1).await).await;
+    let messages = p.receive(1).await;
+    let calls = p.ledger_calls.get();
+    let report = p.handle(messages).await;
+    // Cache GetItem (a miss) and PutItem, claim, finish, reference.
+    assert_eq!(p.ledger_calls.get() - calls, 5);
     let job = only_job(&report);
     assert_eq!(
         (job.outcome, job.input_hash_source),
