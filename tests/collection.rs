@@ -294,3 +294,46 @@ async fn on_the_emulators_the_last_delete_collects_and_an_upload_brings_it_back(
     assert!(!p.output_keys(&prefix).await.is_empty());
     assert_eq!(p.row(&key).await.unwrap().refs, Some(1));
 }
+
+#[tokio::test]
+async fn on_the_emulators_a_stopped_collection_is_finished_by_the_sweep() {
+    let p = Pipeline::new(Options {
+        separate_output_bucket: true,
+        vars: vec![(ENV_GC_GRACE_SECS, "0".into())],
+        ..Options::default()
+    })
+    .await;
+    p.put("only.bin", BYTES, true).await;
+    p.handle(p.receive(1).await).await;
+    let key = job_key(&sha256_hex(BYTES), &p.app.config.recipes[0].recipe_hash);
+    let prefix = format!("derived/{key}/");
+
+    // The release's collection stops after its conditional write.
+    p.s3.delete_object()
+        .bucket(&p.bucket)
+        .key("only.bin")
+        .send()
+        .await
+        .unwrap();
+    let stopping = Arc::new(FaultPlan::new());
+    stopping.fail(Call::ListObjects, 1, "crash");
+    let report = common::handle_with(p.worker(0, stopping), p.receive(1).await).await;
+    assert!(report.response().batch_item_failures.is_empty());
+    assert_eq!(p.row(&key).await.unwrap().status, JobStatus::Collecting);
+    assert!(!p.output_keys(&prefix).await.is_empty());
+
+    // The sweep (a Scan of the due rows) on a clock past the lease.
+    let lease_ms = i64::try_from(COLLECT_LEASE.as_millis()).unwrap();
+    assert!(
+        p.app.collect_due(false).await.unwrap().is_empty(),
+        "lease live"
+    );
+    let later = p.worker(lease_ms + 1_000, Arc::new(FaultPlan::new()));
+    let dry = later.collect_due(true).await.unwrap();
+    assert_eq!(dry.len(), 1);
+    assert!(!dry[0].deleted.is_empty());
+    let collected = later.collect_due(false).await.unwrap();
+    assert_eq!(collected[0].outcome, "collected");
+    assert!(p.output_keys(&prefix).await.is_empty());
+    assert_eq!(p.row(&key).await, None);
+}

@@ -22,6 +22,36 @@ use super::{
     LedgerTable, RefWrite,
 };
 
+/// When a row is due for collection ([`super::collectable`]): the
+/// collection's condition and the sweep's filter, written once.
+const COLLECTABLE: &str = "(#status = :done AND #refs = :zero AND #released <= :cutoff) \
+     OR (#status = :collecting AND #lease <= :now)";
+
+fn collectable_names() -> std::collections::HashMap<String, String> {
+    [
+        ("#status", attr::STATUS),
+        ("#lease", attr::LEASE_UNTIL_MS),
+        ("#refs", ref_attr::REFS),
+        ("#released", ref_attr::RELEASED_AT_MS),
+    ]
+    .into_iter()
+    .map(|(name, attribute)| (name.to_string(), attribute.to_string()))
+    .collect()
+}
+
+fn collectable_values(released_before_ms: u64, now_ms: u64) -> Item {
+    [
+        (":collecting", s(JobStatus::Collecting.as_str())),
+        (":done", s(JobStatus::Done.as_str())),
+        (":now", n(now_ms)),
+        (":zero", n(0)),
+        (":cutoff", n(released_before_ms)),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_string(), value))
+    .collect()
+}
+
 /// Job rows in a DynamoDB table (partition key `job_key`, a string).
 #[derive(Debug, Clone)]
 pub struct DynamoDbTable {
@@ -460,23 +490,16 @@ impl LedgerTable for DynamoDbTable {
             .update_expression(
                 "SET #status = :collecting, #owner = :owner, #lease = :lease, #updated = :now",
             )
-            .condition_expression(
-                "(#status = :done AND #refs = :zero AND #released <= :cutoff) \
-                 OR (#status = :collecting AND #lease <= :now)",
-            )
-            .expression_attribute_names("#status", attr::STATUS)
+            .condition_expression(COLLECTABLE)
+            .set_expression_attribute_names(Some(collectable_names()))
+            .set_expression_attribute_values(Some(collectable_values(
+                request.released_before_ms,
+                request.now_ms,
+            )))
             .expression_attribute_names("#owner", attr::OWNER)
-            .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
             .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
-            .expression_attribute_names("#refs", ref_attr::REFS)
-            .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
-            .expression_attribute_values(":collecting", s(JobStatus::Collecting.as_str()))
-            .expression_attribute_values(":done", s(JobStatus::Done.as_str()))
             .expression_attribute_values(":owner", s(&request.owner))
             .expression_attribute_values(":lease", n(request.lease_until_ms))
-            .expression_attribute_values(":now", n(request.now_ms))
-            .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":cutoff", n(request.released_before_ms))
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
@@ -528,19 +551,9 @@ impl LedgerTable for DynamoDbTable {
             .scan()
             .table_name(&self.table)
             .consistent_read(true)
-            .filter_expression(
-                "(#status = :done AND #refs = :zero AND #released <= :cutoff) \
-                 OR (#status = :collecting AND #lease <= :now)",
-            )
-            .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
-            .expression_attribute_names("#refs", ref_attr::REFS)
-            .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
-            .expression_attribute_values(":collecting", s(JobStatus::Collecting.as_str()))
-            .expression_attribute_values(":done", s(JobStatus::Done.as_str()))
-            .expression_attribute_values(":now", n(now_ms))
-            .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":cutoff", n(released_before_ms))
+            .filter_expression(COLLECTABLE)
+            .set_expression_attribute_names(Some(collectable_names()))
+            .set_expression_attribute_values(Some(collectable_values(released_before_ms, now_ms)))
             .set_exclusive_start_key(
                 from.map(|key| Item::from([(attr::JOB_KEY.to_string(), s(key))])),
             )
