@@ -27,6 +27,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 use crate::aws::describe_error;
 use crate::fingerprint::ContentHasher;
+use crate::step::hash_file;
 
 /// S3's largest single PUT: 5 GiB.
 pub const SINGLE_PUT_MAX: u64 = 5 * 1024 * 1024 * 1024;
@@ -216,7 +217,10 @@ impl Target<'_> {
         size: u64,
         progress: Arc<Progress>,
     ) -> Result<Uploaded, UploadError> {
-        let input_hash = hash_file(path).await?;
+        let (_, input_hash) = hash_file(path).await.map_err(|source| UploadError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let checksum = base64::engine::general_purpose::STANDARD
             .encode(hex::decode(&input_hash).expect("hex from the hasher"));
         let body_path = path.to_path_buf();
@@ -373,24 +377,6 @@ impl Target<'_> {
             .set_e_tag(output.e_tag)
             .checksum_sha256(checksum)
             .build())
-    }
-}
-
-/// The SHA-256 of a file, read in chunks.
-async fn hash_file(path: &Path) -> Result<String, UploadError> {
-    let read_error = |source| UploadError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut file = tokio::fs::File::open(path).await.map_err(read_error)?;
-    let mut hasher = ContentHasher::new();
-    let mut buffer = vec![0; CHUNK];
-    loop {
-        let read = file.read(&mut buffer).await.map_err(read_error)?;
-        if read == 0 {
-            return Ok(hasher.finish());
-        }
-        hasher.update(&buffer[..read]);
     }
 }
 

@@ -27,6 +27,18 @@ fn small_png(seed: u64) -> Vec<u8> {
     noise_png(40, 30, seed)
 }
 
+/// A pipeline running `recipes`, its outputs in a bucket of their own (so
+/// that their notifications are not received as uploads).
+async fn pipeline(recipes: &str, vars: Vec<(&'static str, String)>) -> Pipeline {
+    Pipeline::new(Options {
+        recipes: Some(recipes.into()),
+        vars,
+        separate_output_bucket: true,
+        ..Options::default()
+    })
+    .await
+}
+
 fn only_job(report: &BatchReport) -> &JobReport {
     let jobs: Vec<&JobReport> = report.jobs().collect();
     assert_eq!(jobs.len(), 1, "{report:?}");
@@ -103,12 +115,7 @@ fn again(message: &SqsMessage) -> Vec<SqsMessage> {
 
 #[tokio::test]
 async fn multipart_uploads_of_the_same_bytes_share_one_job() {
-    let p = Pipeline::new(Options {
-        recipes: Some(THUMBNAIL.into()),
-        separate_output_bucket: true,
-        ..Options::default()
-    })
-    .await;
+    let p = pipeline(THUMBNAIL, vec![]).await;
     let bytes = noise_png(1_300, 1_400, 1);
     assert!(bytes.len() > MIN_PART + 1, "{} bytes", bytes.len());
     put_multipart(&p, "post-1/photo.png", &bytes, MIN_PART).await;
@@ -151,12 +158,7 @@ async fn multipart_uploads_of_the_same_bytes_share_one_job() {
 
 #[tokio::test]
 async fn a_plain_put_and_a_checksummed_put_of_the_same_bytes_are_one_job() {
-    let p = Pipeline::new(Options {
-        recipes: Some(THUMBNAIL.into()),
-        separate_output_bucket: true,
-        ..Options::default()
-    })
-    .await;
+    let p = pipeline(THUMBNAIL, vec![]).await;
     let bytes = small_png(2);
     // A client that sends no checksum at all (the SDKs' default sends CRC32).
     let sdk = mediaonce::aws::load_sdk_config().await;
@@ -239,12 +241,7 @@ async fn a_redelivered_hashed_version_reads_no_bytes_and_makes_two_table_calls()
 
 #[tokio::test]
 async fn a_declared_hash_never_takes_over_another_images_job() {
-    let p = Pipeline::new(Options {
-        recipes: Some(THUMBNAIL.into()),
-        separate_output_bucket: true,
-        ..Options::default()
-    })
-    .await;
+    let p = pipeline(THUMBNAIL, vec![]).await;
     let victim = small_png(4);
     p.put("victim.png", &victim, true).await;
     let report = p.handle(p.receive(1).await).await;
@@ -280,12 +277,7 @@ async fn a_declared_hash_never_takes_over_another_images_job() {
 
 #[tokio::test]
 async fn a_plain_probe_in_auto_keys_by_version_and_etag_without_a_whole_read() {
-    let p = Pipeline::new(Options {
-        recipes: Some(PROBE.into()),
-        separate_output_bucket: true,
-        ..Options::default()
-    })
-    .await;
+    let p = pipeline(PROBE, vec![]).await;
     let bytes = small_png(6);
     let put = p.put("p.png", &bytes, false).await;
     let messages = p.receive(1).await;
@@ -316,13 +308,7 @@ async fn a_crc64nvme_checksum_is_never_a_key() {
         ("auto", FingerprintSource::VersionEtag),
         ("content", FingerprintSource::Computed),
     ] {
-        let p = Pipeline::new(Options {
-            recipes: Some(PROBE.into()),
-            vars: vec![(ENV_IDENTITY, mode.into())],
-            separate_output_bucket: true,
-            ..Options::default()
-        })
-        .await;
+        let p = pipeline(PROBE, vec![(ENV_IDENTITY, mode.into())]).await;
         let bytes = small_png(7);
         p.s3.put_object()
             .bucket(&p.bucket)
@@ -358,13 +344,7 @@ async fn a_crc64nvme_checksum_is_never_a_key() {
 
 #[tokio::test]
 async fn content_identity_hashes_a_ranged_only_job_without_keeping_the_bytes() {
-    let p = Pipeline::new(Options {
-        recipes: Some(PROBE.into()),
-        vars: vec![(ENV_IDENTITY, "content".into())],
-        separate_output_bucket: true,
-        ..Options::default()
-    })
-    .await;
+    let p = pipeline(PROBE, vec![(ENV_IDENTITY, "content".into())]).await;
     let bytes = small_png(8);
     p.put("c.png", &bytes, false).await;
     let messages = p.receive(1).await;
@@ -392,12 +372,7 @@ async fn content_identity_hashes_a_ranged_only_job_without_keeping_the_bytes() {
 
 #[tokio::test]
 async fn a_notification_duplicated_within_a_batch_is_hashed_once() {
-    let p = Pipeline::new(Options {
-        recipes: Some(THUMBNAIL.into()),
-        separate_output_bucket: true,
-        ..Options::default()
-    })
-    .await;
+    let p = pipeline(THUMBNAIL, vec![]).await;
     let bytes = small_png(9);
     p.put("twice.png", &bytes, false).await;
     let message = p.receive(1).await.remove(0);

@@ -10,7 +10,7 @@ use crate::fingerprint::FingerprintSource;
 use crate::key::job_key;
 use crate::ledger::JobRow;
 use crate::step::{Manifest, OutputFile, MANIFEST_NAME};
-use crate::store::ObjectRef;
+use crate::store::{ErrorKind, ObjectRef};
 
 /// One recipe's job for an object.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -87,7 +87,7 @@ impl App {
         Ok(found)
     }
 
-    /// A job's manifest, if it has been written.
+    /// A job's manifest, if it has been written: one GET, a 404 is none.
     async fn manifest(&self, bucket: &str, key: &str) -> Result<Option<Manifest>, String> {
         let object = ObjectRef {
             bucket: bucket.to_string(),
@@ -95,16 +95,11 @@ impl App {
             version_id: None,
             if_match: None,
         };
-        if self
-            .store
-            .head(&object)
-            .await
-            .map_err(|e| e.to_string())?
-            .is_none()
-        {
-            return Ok(None);
-        }
-        let body = self.store.get(&object).await.map_err(|e| e.to_string())?;
+        let body = match self.store.get(&object).await {
+            Ok(body) => body,
+            Err(err) if err.kind == ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(err.to_string()),
+        };
         let bytes = body
             .collect()
             .await

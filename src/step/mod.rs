@@ -24,6 +24,7 @@ pub mod scratch;
 pub use input::JobInput;
 pub use local::Keep;
 pub(crate) use local::ObjectBytes;
+pub(crate) use outputs::hash_file;
 pub use outputs::{content_type, JobOutputs, Manifest, OutputFile, MANIFEST_NAME};
 
 /// Why a step failed. The message is stored in the job row.

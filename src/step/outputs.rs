@@ -149,7 +149,9 @@ pub struct Manifest {
     pub outputs: Vec<OutputFile>,
 }
 
-async fn hash_file(path: &Path) -> std::io::Result<(u64, String)> {
+/// The size and SHA-256 of a file, streamed through [`ContentHasher`]: an
+/// output's manifest entry, and `mediaonce upload`'s input hash.
+pub(crate) async fn hash_file(path: &Path) -> std::io::Result<(u64, String)> {
     use tokio::io::AsyncReadExt;
     let mut file = tokio::fs::File::open(path).await?;
     let mut hasher = ContentHasher::new();
