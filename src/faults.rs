@@ -35,6 +35,8 @@ pub enum Call {
     BeginCollect,
     /// Collection: the row's DeleteItem.
     EndCollect,
+    /// References: a seal's UpdateItem.
+    SealRefs,
     /// Objects: ListObjectsV2.
     ListObjects,
     /// Objects: DeleteObjects.

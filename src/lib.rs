@@ -77,7 +77,10 @@ internal!(bmff, event, fifo, handler, report, runtime, step);
 pub mod faults;
 
 pub use config::{Config, ConfigError};
-pub use handler::{handle_batch, App, Collected, Invocation, RecipeOutputs, StartupError};
+pub use handler::{
+    handle_batch, App, Collected, Invocation, NotReferenced, RebuildSummary, RebuiltVersion,
+    RecipeOutputs, SealedRow, StartupError,
+};
 pub use key::{job_key, Recipe};
 pub use report::{BatchReport, JobReport, MessageReport, Outcome};
 pub use runtime::run;

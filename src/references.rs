@@ -45,6 +45,10 @@ pub mod attr {
     pub const RELEASED_AT_MS: &str = "released_at_ms";
     /// Job rows: N, the versions referencing the job.
     pub const REFS: &str = "refs";
+    /// Job rows: BOOL, `refs` counts only the versions seen since the row
+    /// was adopted (it was done before references were counted): never
+    /// collected until `mediaonce refs seal` declares the count complete.
+    pub const REFS_PARTIAL: &str = "refs_partial";
 }
 
 /// One object version, by name (not by bytes).
@@ -119,8 +123,29 @@ pub struct RefChange {
     pub next: VersionRefs,
     /// Jobs gaining this version: `refs` + 1, only if `done` and counted.
     pub add: Vec<String>,
+    /// Jobs gaining this version that were done before references were
+    /// counted (no `refs`): `refs` = 1 and `refs_partial`, only if `done`
+    /// and still uncounted.
+    pub adopt: Vec<String>,
     /// Jobs losing it: `refs` − 1 and `released_at_ms` set.
     pub remove: Vec<String>,
+}
+
+impl RefChange {
+    /// `job_key` moved between `add` and `adopt`, as its row turned out:
+    /// `counted` says whether it has `refs`. `false` when it is in neither.
+    pub fn count_as(&mut self, job_key: &str, counted: bool) -> bool {
+        let (from, to) = if counted {
+            (&mut self.adopt, &mut self.add)
+        } else {
+            (&mut self.add, &mut self.adopt)
+        };
+        let Some(at) = from.iter().position(|k| k == job_key) else {
+            return false;
+        };
+        to.push(from.remove(at));
+        true
+    }
 }
 
 /// Whether `a` is later than `b` (both normalised or absent: unknown is
@@ -217,6 +242,7 @@ pub fn on_create(
             deleted: false,
         },
         add,
+        adopt: Vec::new(),
         remove,
     })
 }
@@ -245,6 +271,7 @@ pub fn on_delete(current: Option<&VersionRefs>, sequencer: Option<&str>) -> Opti
             deleted: true,
         },
         add: Vec::new(),
+        adopt: Vec::new(),
         remove: row.job_keys.iter().cloned().collect(),
     })
 }

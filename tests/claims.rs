@@ -49,6 +49,7 @@ async fn seed(
         permanent: false,
         refs: None,
         released_at_ms: None,
+        refs_partial: false,
     };
     p.seed_row(&row).await;
     row

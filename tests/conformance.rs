@@ -15,7 +15,8 @@ use mediaonce::identity::ObjectVersion;
 use mediaonce::ledger::dynamodb::DynamoDbTable;
 use mediaonce::ledger::memory::InMemoryTable;
 use mediaonce::ledger::{
-    Claim, ClaimRequest, Conditional, Finish, JobRow, JobStatus, LedgerTable, RefWrite,
+    Claim, ClaimRequest, CollectRequest, Conditional, Finish, JobRow, JobStatus, LedgerTable,
+    RefWrite,
 };
 use mediaonce::references::{self, RefChange, VersionName};
 use mediaonce::store::memory::InMemoryObjects;
@@ -38,6 +39,7 @@ fn row(key: &str, owner: &str, status: JobStatus, lease_until_ms: u64) -> JobRow
         permanent: false,
         refs: None,
         released_at_ms: None,
+        refs_partial: false,
     }
 }
 
@@ -246,6 +248,112 @@ async fn ledger_contract(table: impl LedgerTable) {
 
     hash_cache_contract(&table).await;
     references_contract(&table).await;
+    adoption_contract(&table).await;
+}
+
+/// Rows done before references were counted: a reference adopts one
+/// (`refs` 1, partial), later ones add to it, a partial count is never
+/// collected, and a seal makes counts complete (an uncounted row: 0,
+/// its grace starting at the seal).
+async fn adoption_contract(table: &impl LedgerTable) {
+    let legacy = |key: &str| row(key, "w/1", JobStatus::Done, 0);
+    table.put_new(&legacy("adopt-a")).await.unwrap();
+    table.put_new(&legacy("adopt-orphan")).await.unwrap();
+    let version = |key: &str| VersionName {
+        bucket: "in".into(),
+        key: key.into(),
+        version_id: None,
+    };
+    let wanted: BTreeSet<String> = ["adopt-a".to_string()].into();
+    let (one, two) = (version("adopt/1.jpg"), version("adopt/2.jpg"));
+
+    // As a counted job, it refuses; adopted, it counts from 1.
+    let mut change = references::on_create(&one, None, &wanted, None, Some("e")).unwrap();
+    let RefWrite::Cancelled { refused, .. } = table.change_refs(&one, &change, 20).await.unwrap()
+    else {
+        panic!("an uncounted row cannot be added to");
+    };
+    assert_eq!(refused.len(), 1);
+    assert!(change.count_as("adopt-a", false));
+    assert_eq!(
+        table.change_refs(&one, &change, 21).await.unwrap(),
+        RefWrite::Applied
+    );
+    let a = table.get("adopt-a").await.unwrap().unwrap();
+    assert_eq!((a.refs, a.refs_partial), (Some(1), true));
+    // Adopted once: a second adoption refuses, an addition counts.
+    let mut again = references::on_create(&two, None, &wanted, None, Some("e")).unwrap();
+    again.count_as("adopt-a", false);
+    let RefWrite::Cancelled { refused, .. } = table.change_refs(&two, &again, 22).await.unwrap()
+    else {
+        panic!("a counted row cannot be adopted");
+    };
+    assert_eq!(refused[0].1.as_ref().unwrap().refs, Some(1));
+    again.count_as("adopt-a", true);
+    assert_eq!(
+        table.change_refs(&two, &again, 23).await.unwrap(),
+        RefWrite::Applied
+    );
+    assert_eq!(table.get("adopt-a").await.unwrap().unwrap().refs, Some(2));
+
+    // Both released: 0, but partial, so never due.
+    for name in [&one, &two] {
+        let current = table.get_version_refs(name).await.unwrap();
+        let delete = references::on_delete(current.as_ref(), None).unwrap();
+        assert_eq!(
+            table.change_refs(name, &delete, 30).await.unwrap(),
+            RefWrite::Applied
+        );
+    }
+    let a = table.get("adopt-a").await.unwrap().unwrap();
+    assert_eq!((a.refs, a.refs_partial), (Some(0), true));
+    let due = |rows: Vec<JobRow>| -> Vec<String> {
+        let mut keys: Vec<String> = rows
+            .into_iter()
+            .map(|r| r.job_key)
+            .filter(|k| k.starts_with("adopt-"))
+            .collect();
+        keys.sort();
+        keys
+    };
+    let collect = CollectRequest {
+        job_key: "adopt-a".into(),
+        owner: "gc/1".into(),
+        lease_until_ms: 1_000_000,
+        released_before_ms: 100,
+        now_ms: 100,
+    };
+    assert!(matches!(
+        table.begin_collect(&collect).await.unwrap(),
+        Conditional::Rejected(Some(_))
+    ));
+    assert!(due(table.scan_collectable(100, 100, None).await.unwrap().0).is_empty());
+
+    // The seal: the partial count is complete, the orphan counted at 0.
+    let unsealed = table.scan_unsealed(None).await.unwrap().0;
+    assert_eq!(due(unsealed.clone()), ["adopt-a", "adopt-orphan"]);
+    for row in unsealed.iter().filter(|r| r.job_key.starts_with("adopt-")) {
+        assert_eq!(
+            table.seal_refs(row, 40).await.unwrap(),
+            Conditional::Applied(())
+        );
+        // Sealed once: the condition no longer holds.
+        assert!(matches!(
+            table.seal_refs(row, 41).await.unwrap(),
+            Conditional::Rejected(Some(_))
+        ));
+    }
+    let orphan = table.get("adopt-orphan").await.unwrap().unwrap();
+    assert_eq!(
+        (orphan.refs, orphan.released_at_ms, orphan.refs_partial),
+        (Some(0), Some(40), false)
+    );
+    assert!(!table.get("adopt-a").await.unwrap().unwrap().refs_partial);
+    assert!(due(table.scan_unsealed(None).await.unwrap().0).is_empty());
+    assert_eq!(
+        due(table.scan_collectable(100, 100, None).await.unwrap().0),
+        ["adopt-a", "adopt-orphan"]
+    );
 }
 
 /// Reference transactions: all or nothing, conditioned on the version

@@ -123,6 +123,7 @@ async fn a_5xx_on_takeover_comes_back_then_takes_over() {
         permanent: false,
         refs: None,
         released_at_ms: None,
+        refs_partial: false,
     };
     p.seed_row(&dead).await;
     let faults = Arc::new(FaultPlan::new());

@@ -6,11 +6,14 @@
 mod common;
 
 use aws_lambda_events::event::sqs::SqsMessage;
+use aws_sdk_dynamodb::types::AttributeValue;
 use common::{Options, Pipeline};
-use mediaonce::config::ENV_RELEASE_ON_DELETE_MARKER;
+use mediaonce::config::{ENV_GC_GRACE_SECS, ENV_RELEASE_ON_DELETE_MARKER};
+use mediaonce::fingerprint::FingerprintSource;
 use mediaonce::handler::Outcome;
 use mediaonce::key::{job_key, sha256_hex};
 use mediaonce::references::VersionName;
+use serde_json::Value;
 
 const BYTES: &[u8] = b"the same bytes under two keys";
 
@@ -166,4 +169,164 @@ async fn a_delete_handled_before_its_create_leaves_no_reference() {
         .output_keys(&format!("derived/{}/", key_of(&p, BYTES)))
         .await
         .is_empty());
+}
+
+/// Rows done before references were counted (no `refs`): written here by
+/// removing what the count wrote, as a table from before it would hold.
+async fn make_legacy(p: &Pipeline, job_keys: &[&str], versions: &[&str]) {
+    for job_key in job_keys {
+        p.dynamodb
+            .update_item()
+            .table_name(&p.table)
+            .key("job_key", AttributeValue::S(job_key.to_string()))
+            .update_expression("REMOVE refs, released_at_ms")
+            .send()
+            .await
+            .expect("remove the count");
+    }
+    for key in versions {
+        let version = VersionName {
+            bucket: p.bucket.clone(),
+            key: key.to_string(),
+            version_id: None,
+        };
+        p.dynamodb
+            .delete_item()
+            .table_name(&p.table)
+            .key("job_key", AttributeValue::S(version.row_key()))
+            .send()
+            .await
+            .expect("delete the version row");
+    }
+}
+
+fn refs_cli(p: &Pipeline, args: &[&str]) -> (std::process::Output, Vec<Value>) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mediaonce"))
+        .arg("refs")
+        .args(args)
+        .env("MEDIAONCE_TABLE", &p.table)
+        .env("MEDIAONCE_OUTPUT_BUCKET", &p.output_bucket)
+        // Content identity now; the rows were keyed by version and ETag.
+        .env("MEDIAONCE_IDENTITY", "content")
+        .output()
+        .expect("mediaonce runs");
+    let lines = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    (out, lines)
+}
+
+async fn partial(p: &Pipeline, key: &str) -> (Option<u64>, bool) {
+    let row = p.row(key).await.expect("the job's row");
+    (row.refs, row.refs_partial)
+}
+
+#[tokio::test]
+async fn rows_older_than_the_count_are_adopted_rebuilt_sealed_then_collected() {
+    let p = pipeline(false, vec![(ENV_GC_GRACE_SECS, "0".into())]).await;
+    const OTHER: &[u8] = b"bytes only one deleted object had";
+    const THIRD: &[u8] = b"bytes uploaded without a checksum";
+    p.put("post-1/a.bin", BYTES, true).await;
+    p.put("post-2/a.bin", BYTES, true).await;
+    p.put("post-3/b.bin", OTHER, true).await;
+    p.put("post-5/c.bin", THIRD, false).await;
+    let report = p.handle(p.receive(4).await).await;
+    let (a, b) = (key_of(&p, BYTES), key_of(&p, OTHER));
+    let c = report
+        .jobs()
+        .find(|j| j.input_hash_source == Some(FingerprintSource::VersionEtag))
+        .expect("the upload without a checksum keyed by version and ETag")
+        .job_key
+        .clone();
+    make_legacy(
+        &p,
+        &[&a, &b, &c],
+        &["post-1/a.bin", "post-2/a.bin", "post-3/b.bin", "post-5/c.bin"],
+    )
+    .await;
+
+    // Deleted before any rebuild: nothing was counted, nothing released.
+    delete(&p, "post-3/b.bin", None).await;
+    handle_ok(&p, p.receive(1).await).await;
+    assert_eq!(partial(&p, &b).await, (None, false));
+    // A new upload of old bytes adopts the job: counted from 1, partial.
+    p.put("post-4/a.bin", BYTES, true).await;
+    let report = p.handle(p.receive(1).await).await;
+    assert_eq!(report.count(Outcome::Reused), 1, "{report:?}");
+    assert_eq!(partial(&p, &a).await, (Some(1), true));
+
+    // A dry run says what it would reference and writes nothing.
+    let (out, lines) = refs_cli(&p, &["rebuild", &format!("s3://{}", p.bucket), "--dry-run"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_eq!(partial(&p, &a).await, (Some(1), true));
+    // The rebuild: every listed version counted once, by the key it was
+    // keyed by then (post-5's content key has no row); twice is once.
+    for _ in 0..2 {
+        let (out, lines) = refs_cli(&p, &["rebuild", &format!("s3://{}", p.bucket)]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let mut referenced: Vec<(String, String)> = lines
+            .iter()
+            .flat_map(|line| {
+                let object = line["object"].as_str().unwrap().to_string();
+                line["referenced"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(move |k| (object.clone(), k.as_str().unwrap().to_string()))
+            })
+            .collect();
+        referenced.sort();
+        let object = |key: &str| format!("s3://{}/{key}", p.bucket);
+        assert_eq!(
+            referenced,
+            [
+                (object("post-1/a.bin"), a.clone()),
+                (object("post-2/a.bin"), a.clone()),
+                (object("post-4/a.bin"), a.clone()),
+                (object("post-5/c.bin"), c.clone()),
+            ]
+        );
+        assert_eq!(partial(&p, &a).await, (Some(3), true));
+        assert_eq!(partial(&p, &c).await, (Some(1), true));
+    }
+
+    // Every reference released: 0, but partial, so not collected.
+    for key in ["post-1/a.bin", "post-2/a.bin", "post-4/a.bin"] {
+        delete(&p, key, None).await;
+    }
+    handle_ok(&p, p.receive(3).await).await;
+    assert_eq!(partial(&p, &a).await, (Some(0), true));
+    assert!(p.app.collect_due(false).await.unwrap().is_empty());
+    assert!(!p.output_keys(&format!("derived/{a}/")).await.is_empty());
+
+    // The seal: counts complete; the orphan counted at 0.
+    let (out, lines) = refs_cli(&p, &["seal"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut sealed: Vec<(String, u64)> = lines
+        .iter()
+        .map(|l| (l["job_key"].as_str().unwrap().to_string(), l["refs"].as_u64().unwrap()))
+        .collect();
+    sealed.sort();
+    let mut expected = vec![(a.clone(), 0), (b.clone(), 0), (c.clone(), 1)];
+    expected.sort();
+    assert_eq!(sealed, expected);
+    let mut collected: Vec<String> = p
+        .app
+        .collect_due(false)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.job_key)
+        .collect();
+    collected.sort();
+    let mut gone = vec![a.clone(), b.clone()];
+    gone.sort();
+    assert_eq!(collected, gone);
+    for key in [&a, &b] {
+        assert_eq!(p.row(key).await, None);
+        assert!(p.output_keys(&format!("derived/{key}/")).await.is_empty());
+    }
+    assert_eq!(partial(&p, &c).await, (Some(1), false));
 }

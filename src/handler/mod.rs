@@ -13,6 +13,8 @@
 //!   removal's release;
 //! - [`outputs`]: where an object's outputs are (`mediaonce outputs`);
 //! - [`collect`]: a job nothing references loses its outputs, then its row;
+//! - [`rebuild`]: the references of objects older than the count
+//!   (`mediaonce refs rebuild`, `mediaonce refs seal`);
 //! - [`busy`]: handing a busy message back for when its holder is done;
 //! - [`log`]: the one log event of each job outcome.
 //!
@@ -41,6 +43,7 @@ mod identify;
 mod job;
 mod log;
 mod outputs;
+mod rebuild;
 mod record;
 mod references;
 
@@ -50,6 +53,7 @@ pub use collect::Collected;
 #[cfg(any(test, feature = "testing"))]
 pub use collect::COLLECT_LEASE;
 pub use outputs::RecipeOutputs;
+pub use rebuild::{NotReferenced, RebuildSummary, RebuiltVersion, SealedRow};
 
 /// The invocation a batch arrived in.
 #[derive(Debug, Clone, Default)]

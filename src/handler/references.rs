@@ -38,14 +38,29 @@ pub(super) async fn record_create(
     // Most versions are new: try without reading the row first; a refusal
     // returns it.
     let mut current: Option<VersionRefs> = None;
+    // Jobs done before references were counted: adopted (counted from 1,
+    // partial until `mediaonce refs seal`).
+    let mut uncounted: BTreeSet<String> = BTreeSet::new();
+    // Jobs an overwrite would release that have nothing to release.
+    let mut skipped: BTreeSet<String> = BTreeSet::new();
     for _ in 0..ATTEMPTS {
-        let Some(change) = on_create(version, current.as_ref(), &wanted, sequencer, Some(etag))
+        let Some(mut change) = on_create(version, current.as_ref(), &wanted, sequencer, Some(etag))
         else {
             return;
         };
+        for job_key in &uncounted {
+            change.count_as(job_key, false);
+        }
+        change.remove.retain(|job_key| !skipped.contains(job_key));
         match app.ledger.change_refs(version, &change, app.now_ms()).await {
             Ok(RefWrite::Applied) => {
-                tracing::info!(version = %version, added = ?change.add, removed = ?change.remove, "references recorded");
+                tracing::info!(
+                    version = %version,
+                    added = ?change.add,
+                    adopted = ?change.adopt,
+                    removed = ?change.remove,
+                    "references recorded"
+                );
                 return;
             }
             Ok(RefWrite::Cancelled {
@@ -56,20 +71,23 @@ pub(super) async fn record_create(
                     current = seen;
                 }
                 for (job_key, row) in refused {
-                    wanted.remove(&job_key);
                     if change.remove.contains(&job_key) {
                         tracing::error!(version = %version, job_key, "a job the version referenced has no references to release: left as it is");
+                        skipped.insert(job_key);
                         continue;
                     }
                     match row {
-                        Some(row) if row.status == JobStatus::Done && row.refs.is_none() => {
-                            tracing::info!(
-                                job_key,
-                                "a job done before references were counted: not referenced \
-                                 (`mediaonce refs rebuild` counts it)"
-                            );
+                        Some(row) if row.status == JobStatus::Done => {
+                            // Counted or not, as the row is now.
+                            if row.refs.is_none() {
+                                uncounted.insert(job_key);
+                            } else {
+                                uncounted.remove(&job_key);
+                            }
                         }
                         row => {
+                            wanted.remove(&job_key);
+                            uncounted.remove(&job_key);
                             let state = row.map_or("gone", |r| r.status.as_str());
                             for report in reports.iter_mut().filter(|r| r.job_key == job_key) {
                                 report.outcome = Outcome::Busy;

@@ -14,7 +14,7 @@ use crate::identity::ObjectVersion;
 use crate::references::{attr as ref_attr, RefChange, VersionName, VersionRefs};
 
 use super::items::{
-    cache_row, cache_row_is_of, count_update, n, s, version_refs_from_item, version_update, Item,
+    cache_row, cache_row_is_of, count_update, n, s, CountChange, version_refs_from_item, version_update, Item,
 };
 
 use super::{
@@ -24,8 +24,12 @@ use super::{
 
 /// When a row is due for collection ([`super::collectable`]): the
 /// collection's condition and the sweep's filter, written once.
-const COLLECTABLE: &str = "(#status = :done AND #refs = :zero AND #released <= :cutoff) \
-     OR (#status = :collecting AND #lease <= :now)";
+const COLLECTABLE: &str = "(#status = :done AND #refs = :zero AND #released <= :cutoff \
+     AND attribute_not_exists(#partial)) OR (#status = :collecting AND #lease <= :now)";
+
+/// A done row whose count is not known complete ([`super::unsealed`]).
+const UNSEALED: &str =
+    "#status = :done AND (attribute_not_exists(#refs) OR attribute_exists(#partial))";
 
 fn collectable_names() -> std::collections::HashMap<String, String> {
     [
@@ -33,6 +37,7 @@ fn collectable_names() -> std::collections::HashMap<String, String> {
         ("#lease", attr::LEASE_UNTIL_MS),
         ("#refs", ref_attr::REFS),
         ("#released", ref_attr::RELEASED_AT_MS),
+        ("#partial", ref_attr::REFS_PARTIAL),
     ]
     .into_iter()
     .map(|(name, attribute)| (name.to_string(), attribute.to_string()))
@@ -412,12 +417,14 @@ impl LedgerTable for DynamoDbTable {
         let mut items = vec![TransactWriteItem::builder()
             .update(version_update(&self.table, version, change, now_ms).map_err(malformed)?)
             .build()];
-        let jobs: Vec<&String> = change.add.iter().chain(&change.remove).collect();
-        for (index, job_key) in jobs.iter().enumerate() {
-            let add = index < change.add.len();
+        let jobs: Vec<(&String, CountChange)> = (change.add.iter().map(|k| (k, CountChange::Add)))
+            .chain(change.adopt.iter().map(|k| (k, CountChange::Adopt)))
+            .chain(change.remove.iter().map(|k| (k, CountChange::Remove)))
+            .collect();
+        for (job_key, count) in &jobs {
             items.push(
                 TransactWriteItem::builder()
-                    .update(count_update(&self.table, job_key, add, now_ms).map_err(malformed)?)
+                    .update(count_update(&self.table, job_key, *count, now_ms).map_err(malformed)?)
                     .build(),
             );
         }
@@ -463,7 +470,7 @@ impl LedgerTable for DynamoDbTable {
             None
         };
         let mut refused = Vec::new();
-        for (index, job_key) in jobs.iter().enumerate() {
+        for (index, (job_key, _)) in jobs.iter().enumerate() {
             if failed(index + 1) {
                 let row = reasons[index + 1]
                     .item()
@@ -546,14 +553,79 @@ impl LedgerTable for DynamoDbTable {
         now_ms: u64,
         from: Option<&str>,
     ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
+        self.scan_page(
+            COLLECTABLE,
+            collectable_names(),
+            collectable_values(released_before_ms, now_ms),
+            from,
+        )
+        .await
+    }
+
+    async fn scan_unsealed(
+        &self,
+        from: Option<&str>,
+    ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
+        let names = [
+            ("#status", attr::STATUS),
+            ("#refs", ref_attr::REFS),
+            ("#partial", ref_attr::REFS_PARTIAL),
+        ]
+        .into_iter()
+        .map(|(name, attribute)| (name.to_string(), attribute.to_string()))
+        .collect();
+        let values = Item::from([(":done".to_string(), s(JobStatus::Done.as_str()))]);
+        self.scan_page(UNSEALED, names, values, from).await
+    }
+
+    async fn seal_refs(&self, row: &JobRow, now_ms: u64) -> Result<Conditional<()>, LedgerError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(&row.job_key))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        let update = if row.refs.is_some() {
+            update
+                .update_expression("REMOVE #partial")
+                .condition_expression("attribute_exists(#partial)")
+                .expression_attribute_names("#partial", ref_attr::REFS_PARTIAL)
+        } else {
+            update
+                .update_expression("SET #refs = :zero, #released = :now")
+                .condition_expression("#status = :done AND attribute_not_exists(#refs)")
+                .expression_attribute_names("#status", attr::STATUS)
+                .expression_attribute_names("#refs", ref_attr::REFS)
+                .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
+                .expression_attribute_values(":done", s(JobStatus::Done.as_str()))
+                .expression_attribute_values(":zero", n(0))
+                .expression_attribute_values(":now", n(now_ms))
+        };
+        let result = update.send().await;
+        Ok(match self.update_outcome(&row.job_key, result)? {
+            Ok(_) => Conditional::Applied(()),
+            Err(rejected) => rejected,
+        })
+    }
+}
+
+impl DynamoDbTable {
+    /// One consistent Scan page of the job rows matching `filter`.
+    async fn scan_page(
+        &self,
+        filter: &str,
+        names: std::collections::HashMap<String, String>,
+        values: Item,
+        from: Option<&str>,
+    ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
         let output = self
             .client
             .scan()
             .table_name(&self.table)
             .consistent_read(true)
-            .filter_expression(COLLECTABLE)
-            .set_expression_attribute_names(Some(collectable_names()))
-            .set_expression_attribute_values(Some(collectable_values(released_before_ms, now_ms)))
+            .filter_expression(filter)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
             .set_exclusive_start_key(
                 from.map(|key| Item::from([(attr::JOB_KEY.to_string(), s(key))])),
             )
@@ -600,6 +672,7 @@ mod tests {
             permanent: true,
             refs: None,
             released_at_ms: None,
+            refs_partial: false,
         }
     }
 

@@ -151,4 +151,16 @@ impl LedgerTable for FaultyTable {
             .scan_collectable(released_before_ms, now_ms, from)
             .await
     }
+
+    async fn scan_unsealed(
+        &self,
+        from: Option<&str>,
+    ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
+        self.inner.scan_unsealed(from).await
+    }
+
+    async fn seal_refs(&self, row: &JobRow, now_ms: u64) -> Result<Conditional<()>, LedgerError> {
+        self.check(Call::SealRefs, "UpdateItem", &row.job_key)?;
+        self.inner.seal_refs(row, now_ms).await
+    }
 }

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use aws_sdk_dynamodb::types::builders::UpdateBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure, Update};
 
 use super::{attr, JobRow, JobStatus};
@@ -70,6 +71,16 @@ impl JobRow {
                 None => None,
                 Some(_) => Some(number(ref_attr::RELEASED_AT_MS)?),
             },
+            refs_partial: match item.get(ref_attr::REFS_PARTIAL) {
+                None => false,
+                Some(AttributeValue::Bool(partial)) => *partial,
+                Some(_) => {
+                    return Err(format!(
+                        "attribute {} is not a boolean",
+                        ref_attr::REFS_PARTIAL
+                    ))
+                }
+            },
         })
     }
 
@@ -97,6 +108,9 @@ impl JobRow {
         }
         if let Some(at) = self.released_at_ms {
             item.insert(ref_attr::RELEASED_AT_MS.into(), n(at));
+        }
+        if self.refs_partial {
+            item.insert(ref_attr::REFS_PARTIAL.into(), AttributeValue::Bool(true));
         }
         item
     }
@@ -233,11 +247,22 @@ pub(super) fn version_update(
     update.build().map_err(|e| e.to_string())
 }
 
+/// How a reference transaction moves one job's count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CountChange {
+    /// `refs` + 1 on a done, counted row.
+    Add,
+    /// `refs` = 1 and `refs_partial` on a done row never counted.
+    Adopt,
+    /// `refs` − 1 and `released_at_ms`, while `refs` > 0.
+    Remove,
+}
+
 /// A job's count update in a reference transaction.
 pub(super) fn count_update(
     table: &str,
     job_key: &str,
-    add: bool,
+    change: CountChange,
     now_ms: u64,
 ) -> Result<Update, String> {
     let update = Update::builder()
@@ -245,21 +270,28 @@ pub(super) fn count_update(
         .key(attr::JOB_KEY, s(job_key))
         .expression_attribute_names("#refs", ref_attr::REFS)
         .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-    let update = if add {
+    let done = |update: UpdateBuilder| {
         update
-            .update_expression("ADD #refs :one")
-            .condition_expression("#status = :done AND attribute_exists(#refs)")
             .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":done", s(JobStatus::Done.as_str()))
-    } else {
-        update
+            .expression_attribute_values(":one", n(1))
+    };
+    let update = match change {
+        CountChange::Add => done(update)
+            .update_expression("ADD #refs :one")
+            .condition_expression("#status = :done AND attribute_exists(#refs)"),
+        CountChange::Adopt => done(update)
+            .update_expression("SET #refs = :one, #partial = :true")
+            .condition_expression("#status = :done AND attribute_not_exists(#refs)")
+            .expression_attribute_names("#partial", ref_attr::REFS_PARTIAL)
+            .expression_attribute_values(":true", AttributeValue::Bool(true)),
+        CountChange::Remove => update
             .update_expression("ADD #refs :minus_one SET #released = :now")
             .condition_expression("#refs > :zero")
             .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
             .expression_attribute_values(":minus_one", AttributeValue::N("-1".into()))
             .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":now", n(now_ms))
+            .expression_attribute_values(":now", n(now_ms)),
     };
     update.build().map_err(|e| e.to_string())
 }

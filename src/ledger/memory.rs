@@ -11,7 +11,7 @@ use super::{
 use crate::identity::ObjectVersion;
 use crate::references::{RefChange, VersionName, VersionRefs};
 
-use super::{collectable, CollectRequest, RefWrite};
+use super::{collectable, unsealed, CollectRequest, RefWrite};
 
 #[derive(Debug, Default)]
 pub struct InMemoryTable {
@@ -213,6 +213,12 @@ impl LedgerTable for InMemoryTable {
                 other => refused.push((job_key.clone(), other.cloned())),
             }
         }
+        for job_key in &change.adopt {
+            match rows.get(job_key) {
+                Some(row) if row.status == JobStatus::Done && row.refs.is_none() => {}
+                other => refused.push((job_key.clone(), other.cloned())),
+            }
+        }
         for job_key in &change.remove {
             match rows.get(job_key) {
                 Some(row) if row.refs.is_some_and(|refs| refs > 0) => {}
@@ -229,6 +235,12 @@ impl LedgerTable for InMemoryTable {
         for job_key in &change.add {
             if let Some(row) = rows.get_mut(job_key) {
                 row.refs = row.refs.map(|refs| refs + 1);
+            }
+        }
+        for job_key in &change.adopt {
+            if let Some(row) = rows.get_mut(job_key) {
+                row.refs = Some(1);
+                row.refs_partial = true;
             }
         }
         for job_key in &change.remove {
@@ -288,5 +300,30 @@ impl LedgerTable for InMemoryTable {
             .collect();
         due.sort_by(|a, b| a.job_key.cmp(&b.job_key));
         Ok((due, None))
+    }
+
+    async fn scan_unsealed(
+        &self,
+        _from: Option<&str>,
+    ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
+        let mut found: Vec<JobRow> = self.rows().values().filter(|row| unsealed(row)).cloned().collect();
+        found.sort_by(|a, b| a.job_key.cmp(&b.job_key));
+        Ok((found, None))
+    }
+
+    async fn seal_refs(&self, seen: &JobRow, now_ms: u64) -> Result<Conditional<()>, LedgerError> {
+        let mut rows = self.rows();
+        let Some(row) = rows.get_mut(&seen.job_key) else {
+            return Ok(Conditional::Rejected(None));
+        };
+        match seen.refs {
+            Some(_) if row.refs_partial => row.refs_partial = false,
+            None if row.status == JobStatus::Done && row.refs.is_none() => {
+                row.refs = Some(0);
+                row.released_at_ms = Some(now_ms);
+            }
+            _ => return Ok(Conditional::Rejected(Some(row.clone()))),
+        }
+        Ok(Conditional::Applied(()))
     }
 }

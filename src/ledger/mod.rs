@@ -101,6 +101,10 @@ pub struct JobRow {
     pub refs: Option<u64>,
     /// When the last release lowered `refs` (epoch ms).
     pub released_at_ms: Option<u64>,
+    /// `refs` counts only the versions seen since a reference adopted the
+    /// row (it was done before references were counted): never collected
+    /// until `mediaonce refs seal` declares the count complete.
+    pub refs_partial: bool,
 }
 
 /// How a claim ends.
@@ -343,8 +347,10 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
     /// TransactWriteItems applying `change`: the version row as
     /// `change.next` (conditioned on `gen` = `change.seen_gen`, or on no row),
     /// `refs` + 1 on each added job (conditioned on `status = done` and a
-    /// counted `refs`), `refs` − 1 and `released_at_ms` on each removed one
-    /// (conditioned on `refs > 0`). All or nothing.
+    /// counted `refs`), `refs` = 1 and `refs_partial` on each adopted one
+    /// (conditioned on `status = done` and no `refs`), `refs` − 1 and
+    /// `released_at_ms` on each removed one (conditioned on `refs > 0`).
+    /// All or nothing.
     async fn change_refs(
         &self,
         version: &VersionName,
@@ -377,6 +383,26 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
         now_ms: u64,
         from: Option<&str>,
     ) -> Result<(Vec<JobRow>, Option<String>), LedgerError>;
+
+    /// One Scan page of the `done` rows whose count is not known complete
+    /// ([`unsealed`]), from `from` (the last page's `next`).
+    async fn scan_unsealed(
+        &self,
+        from: Option<&str>,
+    ) -> Result<(Vec<JobRow>, Option<String>), LedgerError>;
+
+    /// UpdateItem declaring a done row's count complete: a partial count
+    /// loses `refs_partial` (conditioned on it); a row never counted gets
+    /// `refs` 0 and `released_at_ms` `now_ms` (conditioned on `done` and
+    /// no `refs`): nothing references it, and its grace starts now.
+    async fn seal_refs(&self, row: &JobRow, now_ms: u64) -> Result<Conditional<()>, LedgerError>;
+}
+
+/// Whether a row's count is not known complete: done before references
+/// were counted, and either never counted or counted only since a
+/// reference adopted it. Pure; as `scan_unsealed`'s filter.
+pub fn unsealed(row: &JobRow) -> bool {
+    row.status == JobStatus::Done && (row.refs.is_none() || row.refs_partial)
 }
 
 /// Whether a row is due for collection: as `begin_collect`'s condition. Pure.
@@ -384,6 +410,7 @@ pub fn collectable(row: &JobRow, released_before_ms: u64, now_ms: u64) -> bool {
     match row.status {
         JobStatus::Done => {
             row.refs == Some(0)
+                && !row.refs_partial
                 && row
                     .released_at_ms
                     .is_some_and(|at| at <= released_before_ms)
@@ -532,6 +559,29 @@ impl Ledger {
         }
     }
 
+    /// Every done row whose count is not known complete (all Scan pages).
+    pub async fn unsealed(&self) -> Result<Vec<JobRow>, LedgerError> {
+        let mut rows = Vec::new();
+        let mut from: Option<String> = None;
+        loop {
+            let (page, next) = self.table.scan_unsealed(from.as_deref()).await?;
+            rows.extend(page);
+            match next {
+                Some(next) => from = Some(next),
+                None => return Ok(rows),
+            }
+        }
+    }
+
+    /// Declares `row`'s count complete (see [`LedgerTable::seal_refs`]).
+    pub async fn seal_refs(
+        &self,
+        row: &JobRow,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.table.seal_refs(row, now_ms).await
+    }
+
     /// Applies a change to a version's references (one transaction).
     pub async fn change_refs(
         &self,
@@ -562,6 +612,7 @@ impl Ledger {
             // Counted from the start: the first reference makes it 1.
             refs: Some(0),
             released_at_ms: None,
+            refs_partial: false,
         };
         // Twice at most: a row deleted between the failed put and the read
         // (a released claim) means the key is free again, so claim anew.

@@ -17,6 +17,7 @@ fn row(status: JobStatus, lease_until_ms: u64) -> JobRow {
         permanent: false,
         refs: None,
         released_at_ms: None,
+        refs_partial: false,
     }
 }
 
@@ -235,6 +236,17 @@ impl LedgerTable for DeletedInBetween {
         self.inner
             .scan_collectable(released_before_ms, now_ms, from)
             .await
+    }
+
+    async fn scan_unsealed(
+        &self,
+        from: Option<&str>,
+    ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
+        self.inner.scan_unsealed(from).await
+    }
+
+    async fn seal_refs(&self, row: &JobRow, now_ms: u64) -> Result<Conditional<()>, LedgerError> {
+        self.inner.seal_refs(row, now_ms).await
     }
 }
 

@@ -217,6 +217,17 @@ impl ObjectStore {
         self.client.delete_objects(bucket, keys).await
     }
 
+    /// One ListObjectVersions page of `prefix` (versions, not delete
+    /// markers), from `from` (the previous page's `next`).
+    pub async fn versions_page(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        from: Option<&(String, String)>,
+    ) -> Result<VersionsPage, ListError> {
+        self.client.list_object_versions(bucket, prefix, from).await
+    }
+
     /// Every version (not delete markers) of exactly `key`, all pages.
     pub async fn versions_of(
         &self,

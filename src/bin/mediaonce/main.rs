@@ -2,6 +2,7 @@
 //! and uploads keyed by content.
 
 mod progress;
+mod refs;
 
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -106,6 +107,13 @@ enum Command {
         #[arg(long)]
         start_after: Option<String>,
     },
+    /// References of objects uploaded before references were counted:
+    /// `rebuild` them, then `seal` the counts. Needs the handler's
+    /// configuration.
+    Refs {
+        #[command(subcommand)]
+        command: refs::RefsCommand,
+    },
     /// Upload a file so that its jobs are keyed by its content: one PUT
     /// carrying its SHA-256 (which S3 verifies and keeps) up to 5 GiB, else
     /// a multipart upload (a worker then hashes it once). Prints the input
@@ -165,6 +173,7 @@ fn main() -> ExitCode {
         Command::Invoke { event } => invoke(&event),
         Command::Outputs { object, version_id } => outputs(&object, version_id),
         Command::Gc { dry_run } => gc(dry_run),
+        Command::Refs { command } => refs::run(command),
         Command::Backfill {
             location,
             queue_url,

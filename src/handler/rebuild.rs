@@ -1,0 +1,261 @@
+//! References that were never recorded: the objects already in a bucket
+//! when references began to be counted (`mediaonce refs rebuild`), and the
+//! declaration that every place has been rebuilt (`mediaonce refs seal`).
+//!
+//! A job done before references were counted has no `refs` and is never
+//! collected. A reference to it, from the handler or from a rebuild,
+//! *adopts* it: `refs` 1 and `refs_partial`, counted from then on but
+//! still never collected, since versions that were never listed may
+//! reference it too. `seal` is the operator's word that every bucket and
+//! prefix the function's objects live in has been rebuilt: a partial
+//! count becomes complete, and a job still uncounted is referenced by
+//! nothing (its grace starts). DESIGN.md ("References": "Rows older than
+//! the count") has the argument.
+
+use super::identify::identify;
+use super::job::BatchJobs;
+use super::references::record_create;
+use super::{App, JobReport, Outcome};
+use crate::config::RecipeRule;
+use crate::fingerprint::{s3_checksum, version_etag, FingerprintSource, ObjectHead};
+use crate::identity::IdentityMode;
+use crate::key::job_key;
+use crate::ledger::{Conditional, JobRow, JobStatus};
+use crate::references::VersionName;
+use crate::store::ObjectRef;
+
+/// What a rebuild did for one object version.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RebuiltVersion {
+    /// `s3://bucket/key`.
+    pub object: String,
+    pub version_id: Option<String>,
+    /// The done jobs the version references (now, or after a dry run).
+    pub referenced: Vec<String>,
+    /// The matching recipes' jobs that are not referenced, and why: not
+    /// done, nothing to reference until they run (the next event,
+    /// `mediaonce reprocess` or `mediaonce backfill`).
+    pub not_done: Vec<NotReferenced>,
+    /// Why the version could not be rebuilt (it stays as it was).
+    pub error: Option<String>,
+}
+
+/// A job a version's recipe keys that it cannot reference.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NotReferenced {
+    pub job_key: String,
+    pub reason: String,
+}
+
+/// A rebuild's totals.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RebuildSummary {
+    pub versions: u64,
+    pub references: u64,
+    pub not_done: u64,
+    pub errors: u64,
+}
+
+/// What `seal` did to one row.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SealedRow {
+    pub job_key: String,
+    /// The count declared complete (0: nothing references the job; it is
+    /// collected after the grace).
+    pub refs: u64,
+    /// `false`: the row changed between the Scan and the seal (a reference
+    /// adopted it meanwhile); a second seal finishes it.
+    pub sealed: bool,
+}
+
+impl App {
+    /// Records the references of every version (not delete markers) under
+    /// `bucket`/`prefix` to the done jobs of its matching recipes, all
+    /// pages, calling `on_version` for each. Idempotent: a version already
+    /// referencing its jobs changes nothing. `dry_run`: nothing written.
+    pub async fn rebuild_refs(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        dry_run: bool,
+        mut on_version: impl FnMut(&RebuiltVersion),
+    ) -> Result<RebuildSummary, String> {
+        let mut summary = RebuildSummary::default();
+        let mut from = None;
+        loop {
+            let page = self
+                .store
+                .versions_page(bucket, prefix, from.as_ref())
+                .await
+                .map_err(|e| e.to_string())?;
+            for (key, version_id) in page.versions {
+                let version = VersionName {
+                    bucket: bucket.to_string(),
+                    key,
+                    version_id,
+                };
+                let Some(rebuilt) = self.rebuild_version(&version, dry_run).await else {
+                    continue;
+                };
+                summary.versions += 1;
+                summary.references += rebuilt.referenced.len() as u64;
+                summary.not_done += rebuilt.not_done.len() as u64;
+                summary.errors += u64::from(rebuilt.error.is_some());
+                on_version(&rebuilt);
+            }
+            match page.next {
+                Some(next) => from = Some(next),
+                None => return Ok(summary),
+            }
+        }
+    }
+
+    /// One version's references. `None` when it matches no recipe or no
+    /// longer exists.
+    async fn rebuild_version(&self, version: &VersionName, dry_run: bool) -> Option<RebuiltVersion> {
+        let rules: Vec<&RecipeRule> = self
+            .config
+            .recipes
+            .iter()
+            .filter(|r| r.key_match.matches(&version.key))
+            .collect();
+        if rules.is_empty() {
+            return None;
+        }
+        let mut rebuilt = RebuiltVersion {
+            object: format!("s3://{}/{}", version.bucket, version.key),
+            version_id: version.version_id.clone(),
+            referenced: Vec::new(),
+            not_done: Vec::new(),
+            error: None,
+        };
+        let object = ObjectRef {
+            bucket: version.bucket.clone(),
+            key: version.key.clone(),
+            version_id: version.version_id.clone(),
+            if_match: None,
+        };
+        let head = match self.store.head(&object).await {
+            Ok(Some(head)) => head,
+            Ok(None) => return None,
+            Err(err) => {
+                rebuilt.error = Some(err.to_string());
+                return Some(rebuilt);
+            }
+        };
+        let mut reports = match self.done_jobs(&head, &rules, &mut rebuilt).await {
+            Ok(reports) => reports,
+            Err(reason) => {
+                rebuilt.error = Some(reason);
+                return Some(rebuilt);
+            }
+        };
+        if !dry_run {
+            record_create(self, version, None, &head.etag, &mut reports).await;
+        }
+        for report in reports {
+            match report.outcome {
+                Outcome::Reused => rebuilt.referenced.push(report.job_key),
+                _ => {
+                    let reason = report.reason.unwrap_or_default();
+                    if rebuilt.error.is_none() && report.outcome == Outcome::Failed {
+                        rebuilt.error = Some(reason);
+                    } else {
+                        rebuilt.not_done.push(NotReferenced {
+                            job_key: report.job_key,
+                            reason,
+                        });
+                    }
+                }
+            }
+        }
+        Some(rebuilt)
+    }
+
+    /// The version's done jobs, one per recipe, as reports to reference;
+    /// the others go to `rebuilt.not_done`. A job is the one this
+    /// configuration keys, or, when that one is not done, the one the
+    /// version was keyed by before content identity (S3's SHA-256, else
+    /// version and ETag): rows older than the count were keyed so.
+    async fn done_jobs(
+        &self,
+        head: &ObjectHead,
+        rules: &[&RecipeRule],
+        rebuilt: &mut RebuiltVersion,
+    ) -> Result<Vec<JobReport>, String> {
+        let identified = identify(self, &BatchJobs::default(), head.clone(), rules)
+            .await
+            .map_err(|(_, reason)| reason)?;
+        let mut input_hashes = vec![identified.fingerprint.clone()];
+        if self.config.identity != IdentityMode::Checksum {
+            let before = s3_checksum(head).unwrap_or_else(|| version_etag(head));
+            if before.input_hash != identified.fingerprint.input_hash {
+                input_hashes.push(before);
+            }
+        }
+        let mut reports = Vec::new();
+        for rule in rules {
+            let mut first: Option<(String, Option<JobRow>)> = None;
+            let mut done: Option<(JobRow, FingerprintSource)> = None;
+            for fingerprint in &input_hashes {
+                let key = job_key(&fingerprint.input_hash, &rule.recipe_hash);
+                let row = self.ledger.get(&key).await.map_err(|e| e.to_string())?;
+                match row {
+                    Some(row) if row.status == JobStatus::Done => {
+                        done = Some((row, fingerprint.source));
+                        break;
+                    }
+                    row => {
+                        first.get_or_insert((key, row));
+                    }
+                }
+            }
+            match (done, first) {
+                (Some((row, source)), _) => reports.push(JobReport {
+                    job_key: row.job_key,
+                    step: rule.recipe.step.clone(),
+                    outcome: Outcome::Reused,
+                    attempt: row.attempts,
+                    duration_ms: 0,
+                    reason: None,
+                    busy_until_ms: None,
+                    input_hash_source: Some(source),
+                }),
+                (None, Some((job_key, row))) => rebuilt.not_done.push(NotReferenced {
+                    job_key,
+                    reason: match row {
+                        Some(row) => format!("the job is {}", row.status.as_str()),
+                        None => "the job has no row: it never ran (or was collected)".into(),
+                    },
+                }),
+                (None, None) => {}
+            }
+        }
+        Ok(reports)
+    }
+
+    /// Declares every done row's count complete: the operator's word that
+    /// every place the function's objects live in has been rebuilt
+    /// ([`App::rebuild_refs`]). `dry_run`: only lists them.
+    pub async fn seal_refs(&self, dry_run: bool) -> Result<Vec<SealedRow>, String> {
+        let rows = self.ledger.unsealed().await.map_err(|e| e.to_string())?;
+        let mut sealed = Vec::with_capacity(rows.len());
+        for row in rows {
+            let applied = if dry_run {
+                true
+            } else {
+                match self.ledger.seal_refs(&row, self.now_ms()).await {
+                    Ok(Conditional::Applied(())) => true,
+                    Ok(Conditional::Rejected(_)) => false,
+                    Err(err) => return Err(err.to_string()),
+                }
+            };
+            sealed.push(SealedRow {
+                job_key: row.job_key,
+                refs: row.refs.unwrap_or(0),
+                sealed: applied,
+            });
+        }
+        Ok(sealed)
+    }
+}

@@ -1,0 +1,418 @@
+//! A lifecycle soak on the emulators: random creates, byte-identical
+//! re-uploads, overwrites and deletes of a few hundred objects, their real
+//! S3 notifications delivered out of order (within a bound), duplicated
+//! (S3's second notification: a new message id; SQS's redelivery: the same
+//! one), and workers crashing at random calls. When everything is drained
+//! and the grace has passed:
+//! - every object version that exists has its job `done`, with `refs` =
+//!   the versions using it, and its outputs present;
+//! - every job no version uses is collected: no row, no outputs;
+//! - no output prefix exists without a row.
+//!
+//! LocalStack gives every event the same `sequencer`, so each notification
+//! is given the sequencer of the order its operation ran in (the test runs
+//! operations one at a time and takes each one's notification before the
+//! next), as S3 would. Time is the workers' clock, moved on by the test
+//! (leases, the grace), never slept.
+//!
+//! `LIFECYCLE_OPS` sets the number of operations (default 240),
+//! `LIFECYCLE_SEED` the randomness (default: a fresh seed, printed).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use aws_lambda_events::event::sqs::SqsMessage;
+use aws_sdk_dynamodb::types::AttributeValue;
+use common::{handle_before, Options, Pipeline};
+use mediaonce::config::{ENV_GC_GRACE_SECS, ENV_LEASE_MARGIN_SECS};
+use mediaonce::faults::{Call, FaultPlan};
+use mediaonce::key::{job_key, sha256_hex};
+use mediaonce::ledger::{JobRow, JobStatus};
+use mediaonce::references::VERSION_ROW_PREFIX;
+use serde_json::Value;
+
+const RECIPES: &str = r#"[{"step":"counted-probe","version":1,"params":{}}]"#;
+/// How far an event may be delivered after the ones that followed it.
+const OUT_OF_ORDER: usize = 8;
+const CRASH_PROBABILITY: f64 = 0.12;
+const S3_DUPLICATES: f64 = 0.15;
+const REDELIVERIES: f64 = 0.10;
+/// The versioned run's grace (the unversioned one has none: a release
+/// collects at once, racing the references of later uploads); the final
+/// sweep runs past it.
+const GRACE_SECS: u64 = 3_600;
+const HOUR_MS: i64 = 3_600_000;
+
+/// One object version the test created, and whether it still exists.
+#[derive(Debug, Clone)]
+struct Version {
+    key: String,
+    version_id: Option<String>,
+    content: usize,
+    exists: bool,
+}
+
+/// One notification, as S3 sent it, with its true order.
+#[derive(Debug, Clone)]
+struct Event {
+    body: String,
+    message_id: String,
+}
+
+struct Soak {
+    p: Pipeline,
+    versioned: bool,
+    rng: fastrand::Rng,
+    contents: Vec<Vec<u8>>,
+    versions: Vec<Version>,
+    events: Vec<Event>,
+}
+
+impl Soak {
+    /// The notification of the operation just done: exactly one, given the
+    /// next sequencer, and taken off the queue.
+    async fn take_event(&mut self, key: &str, kind: &str) {
+        let messages = self.p.receive(1).await;
+        assert_eq!(messages.len(), 1, "one notification per operation");
+        let message = &messages[0];
+        self.p
+            .sqs
+            .delete_message()
+            .queue_url(&self.p.queue_url)
+            .receipt_handle(message.receipt_handle.clone().unwrap())
+            .send()
+            .await
+            .expect("delete the notification");
+        let mut body: Value = serde_json::from_str(message.body.as_deref().unwrap()).unwrap();
+        let record = &mut body["Records"][0];
+        assert_eq!(record["s3"]["object"]["key"], key, "{record}");
+        let name = record["eventName"].as_str().unwrap().to_string();
+        assert!(name.starts_with(kind), "{name} after a {kind}");
+        let sequence = self.events.len() as u64 + 1;
+        record["s3"]["object"]["sequencer"] = Value::String(format!("{:018X}", 0x0A00 + sequence));
+        self.events.push(Event {
+            body: body.to_string(),
+            message_id: message.message_id.clone().unwrap(),
+        });
+    }
+
+    async fn create(&mut self, key: String, content: usize) {
+        let put = self.p.put(&key, &self.contents[content], true).await;
+        if !self.versioned {
+            // The key's bytes are replaced: the old version is gone.
+            for old in self.versions.iter_mut().filter(|v| v.key == key) {
+                old.exists = false;
+            }
+        }
+        self.versions.push(Version {
+            key: key.clone(),
+            version_id: put.version_id,
+            content,
+            exists: true,
+        });
+        self.take_event(&key, "ObjectCreated:").await;
+    }
+
+    /// Deletes a version that exists: permanently, or (versioned, half the
+    /// time) with a delete marker, which keeps every version.
+    async fn delete(&mut self, index: usize) {
+        let version = self.versions[index].clone();
+        let marker = self.versioned && self.rng.bool();
+        self.p
+            .s3
+            .delete_object()
+            .bucket(&self.p.bucket)
+            .key(&version.key)
+            .set_version_id(if marker {
+                None
+            } else {
+                version.version_id.clone()
+            })
+            .send()
+            .await
+            .expect("delete");
+        if !marker {
+            self.versions[index].exists = false;
+        }
+        self.take_event(&version.key, "ObjectRemoved:").await;
+    }
+
+    fn new_content(&mut self) -> usize {
+        let n = self.contents.len();
+        self.contents
+            .push(format!("content {n}: {}", self.rng.u64(..)).into_bytes());
+        n
+    }
+
+    /// One random operation.
+    async fn step(&mut self, op: usize) {
+        let live: Vec<usize> = (0..self.versions.len())
+            .filter(|&i| self.versions[i].exists)
+            .collect();
+        let roll = self.rng.f64();
+        if live.is_empty() || roll < 0.35 {
+            // A new key: new bytes, or (a third of the time) bytes uploaded before.
+            let content = if !self.contents.is_empty() && self.rng.f64() < 0.33 {
+                self.rng.usize(0..self.contents.len())
+            } else {
+                self.new_content()
+            };
+            self.create(format!("up/{op}.bin"), content).await;
+        } else if roll < 0.65 {
+            // An overwrite (unversioned) or a new version of a key in use.
+            let key = self.versions[live[self.rng.usize(0..live.len())]].key.clone();
+            let content = if self.rng.bool() {
+                self.rng.usize(0..self.contents.len())
+            } else {
+                self.new_content()
+            };
+            self.create(key, content).await;
+        } else {
+            let index = live[self.rng.usize(0..live.len())];
+            self.delete(index).await;
+        }
+    }
+
+    /// The deliveries: each event within `OUT_OF_ORDER` of its place, some
+    /// twice (a new message id) and some redelivered (the same one).
+    fn deliveries(&mut self) -> VecDeque<SqsMessage> {
+        let mut placed: Vec<(usize, usize, SqsMessage)> = Vec::new();
+        let message = |event: &Event, id: String| {
+            let mut message = SqsMessage::default();
+            message.message_id = Some(id);
+            message.body = Some(event.body.clone());
+            message
+        };
+        for (i, event) in self.events.iter().enumerate() {
+            let at = |rng: &mut fastrand::Rng| i + rng.usize(0..=OUT_OF_ORDER);
+            placed.push((at(&mut self.rng), placed.len(), message(event, event.message_id.clone())));
+            if self.rng.f64() < S3_DUPLICATES {
+                let id = format!("{}-s3-duplicate", event.message_id);
+                placed.push((at(&mut self.rng), placed.len(), message(event, id)));
+            }
+            if self.rng.f64() < REDELIVERIES {
+                placed.push((
+                    at(&mut self.rng) + OUT_OF_ORDER,
+                    placed.len(),
+                    message(event, event.message_id.clone()),
+                ));
+            }
+        }
+        placed.sort_by_key(|(at, n, _)| (*at, *n));
+        placed.into_iter().map(|(_, _, m)| m).collect()
+    }
+}
+
+/// A worker that crashes at one of the calls of references and collection
+/// (or of a run): from that call on, every call of the kind fails, and its
+/// batch's messages all come back.
+fn crash_plan(rng: &mut fastrand::Rng) -> Option<(Call, Arc<FaultPlan>)> {
+    if rng.f64() >= CRASH_PROBABILITY {
+        return None;
+    }
+    let call = [
+        Call::Finish,
+        Call::ChangeRefs,
+        Call::GetRefs,
+        Call::BeginCollect,
+        Call::DeleteObjects,
+        Call::EndCollect,
+        Call::PutObject,
+    ][rng.usize(0..7)];
+    let faults = Arc::new(FaultPlan::new());
+    faults.fail_after(call, rng.usize(0..3), usize::MAX, "crash");
+    Some((call, faults))
+}
+
+/// Every row of the table (all Scan pages).
+async fn scan(p: &Pipeline) -> Vec<BTreeMap<String, AttributeValue>> {
+    let mut items = Vec::new();
+    let mut from = None;
+    loop {
+        let page = p
+            .dynamodb
+            .scan()
+            .table_name(&p.table)
+            .consistent_read(true)
+            .set_exclusive_start_key(from)
+            .send()
+            .await
+            .expect("scan");
+        items.extend(
+            page.items()
+                .iter()
+                .map(|item| item.clone().into_iter().collect::<BTreeMap<_, _>>()),
+        );
+        match page.last_evaluated_key {
+            Some(key) => from = Some(key),
+            None => return items,
+        }
+    }
+}
+
+async fn lifecycle(versioned: bool) {
+    let ops: usize = std::env::var("LIFECYCLE_OPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(240);
+    let seed = std::env::var("LIFECYCLE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    println!(
+        "lifecycle ({}): {ops} operations, seed {seed} (LIFECYCLE_SEED={seed} repeats it)",
+        if versioned { "versioned" } else { "unversioned" }
+    );
+    let p = Pipeline::new(Options {
+        versioned,
+        separate_output_bucket: true,
+        recipes: Some(RECIPES.into()),
+        vars: vec![
+            (
+                ENV_GC_GRACE_SECS,
+                if versioned { GRACE_SECS } else { 0 }.to_string(),
+            ),
+            (ENV_LEASE_MARGIN_SECS, "0".into()),
+        ],
+        ..Options::default()
+    })
+    .await;
+    let mut soak = Soak {
+        p,
+        versioned,
+        rng: fastrand::Rng::with_seed(seed),
+        contents: Vec::new(),
+        versions: Vec::new(),
+        events: Vec::new(),
+    };
+    for op in 0..ops {
+        soak.step(op).await;
+    }
+
+    // Deliver, ten at a time; a crashed batch and every failed or busy
+    // message come back behind what is pending. The clock moves a second
+    // per batch, and past every lease when a whole pass makes no progress.
+    let mut pending = soak.deliveries();
+    let deliveries = pending.len();
+    let mut clock_ms: i64 = 0;
+    let (mut batches, mut crashes, mut stalled) = (0usize, BTreeMap::new(), 0usize);
+    let mut outcomes: BTreeMap<&'static str, usize> = BTreeMap::new();
+    while !pending.is_empty() {
+        assert!(batches < 20 * deliveries, "the soak does not drain");
+        let batch: Vec<SqsMessage> = (0..10).map_while(|_| pending.pop_front()).collect();
+        batches += 1;
+        clock_ms += 1_000;
+        let crash = crash_plan(&mut soak.rng);
+        let faults = crash
+            .as_ref()
+            .map(|(_, f)| f.clone())
+            .unwrap_or_else(|| Arc::new(FaultPlan::new()));
+        let app = soak.p.seeded_worker(clock_ms, faults, soak.rng.u64(..));
+        let deadline = app.now_ms() + 60_000;
+        let report = handle_before(app, batch.clone(), deadline).await;
+        for job in report.jobs() {
+            *outcomes.entry(job.outcome.as_str()).or_default() += 1;
+        }
+        let back: BTreeSet<String> = if let Some((call, _)) = crash {
+            *crashes.entry(format!("{call:?}")).or_insert(0usize) += 1;
+            batch.iter().filter_map(|m| m.message_id.clone()).collect()
+        } else {
+            report
+                .response()
+                .batch_item_failures
+                .iter()
+                .map(|f| f.item_identifier.clone())
+                .collect()
+        };
+        let progressed = back.len() < batch.len();
+        pending.extend(
+            batch
+                .into_iter()
+                .filter(|m| back.contains(m.message_id.as_deref().unwrap_or_default())),
+        );
+        stalled = if progressed { 0 } else { stalled + 1 };
+        if stalled > pending.len() / 10 + 1 {
+            // Everything left waits on a lease (a crashed run or collection).
+            clock_ms += HOUR_MS;
+            stalled = 0;
+        }
+    }
+    // After the grace: the sweep collects what nothing references, and
+    // finishes collections a crash stopped.
+    clock_ms += 2 * GRACE_SECS as i64 * 1_000;
+    let sweeper = soak.p.seeded_worker(clock_ms, Arc::new(FaultPlan::new()), seed);
+    let collected = sweeper.collect_due(false).await.expect("the sweep");
+
+    // What should be: per content that a version still uses, the count.
+    let p = &soak.p;
+    let recipe_hash = &p.app.config.recipes[0].recipe_hash;
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    for version in soak.versions.iter().filter(|v| v.exists) {
+        let key = job_key(&sha256_hex(&soak.contents[version.content]), recipe_hash);
+        *expected.entry(key).or_default() += 1;
+    }
+    let mut rows: BTreeMap<String, JobRow> = BTreeMap::new();
+    let mut version_rows = 0;
+    for item in scan(p).await {
+        let Some(AttributeValue::S(key)) = item.get("job_key") else {
+            panic!("a row without a key: {item:?}");
+        };
+        if key.starts_with(VERSION_ROW_PREFIX) {
+            version_rows += 1;
+        } else if !key.starts_with("input-hash#") {
+            let row = JobRow::from_item(&item.clone().into_iter().collect()).unwrap();
+            rows.insert(key.clone(), row);
+        }
+    }
+    let mut prefixes: BTreeSet<String> = BTreeSet::new();
+    for object in p.output_keys("derived/").await {
+        let job = object.trim_start_matches("derived/").split('/').next().unwrap();
+        prefixes.insert(job.to_string());
+    }
+    println!(
+        "lifecycle: {} versions created, {} exist, {} contents in use; {} events, {} deliveries in {} batches; crashes {:?}; job outcomes {:?}; {} collected by the final sweep; {} job rows, {} version rows; {} step runs",
+        soak.versions.len(),
+        soak.versions.iter().filter(|v| v.exists).count(),
+        expected.len(),
+        soak.events.len(),
+        deliveries,
+        batches,
+        crashes,
+        outcomes,
+        collected.len(),
+        rows.len(),
+        version_rows,
+        p.counted.runs(),
+    );
+
+    for (key, refs) in &expected {
+        let row = rows
+            .get(key)
+            .unwrap_or_else(|| panic!("job {key} of a live version has no row"));
+        assert_eq!(row.status, JobStatus::Done, "{row:?}");
+        assert_eq!(row.refs, Some(*refs), "refs of {key}: {row:?}");
+        assert!(!row.refs_partial);
+        let files = p.output_keys(&format!("derived/{key}/")).await;
+        assert!(
+            files.iter().any(|f| f.ends_with("/manifest.json")),
+            "outputs of {key}: {files:?}"
+        );
+    }
+    let rowed: BTreeSet<&String> = rows.keys().collect();
+    let live: BTreeSet<&String> = expected.keys().collect();
+    assert_eq!(rowed, live, "every job no version uses is collected");
+    let prefixed: BTreeSet<&String> = prefixes.iter().collect();
+    assert_eq!(prefixed, live, "no prefix without a row, none missing");
+}
+
+#[tokio::test]
+async fn lifecycle_soak_unversioned() {
+    lifecycle(false).await;
+}
+
+#[tokio::test]
+async fn lifecycle_soak_versioned() {
+    lifecycle(true).await;
+}
