@@ -15,8 +15,8 @@ use mediaonce::identity::ObjectVersion;
 use mediaonce::ledger::dynamodb::DynamoDbTable;
 use mediaonce::ledger::memory::InMemoryTable;
 use mediaonce::ledger::{
-    Claim, ClaimRequest, CollectRequest, Conditional, Finish, JobRow, JobStatus, LedgerTable,
-    RefWrite,
+    Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, Finish, JobRow, JobStatus,
+    LedgerTable, RefWrite,
 };
 use mediaonce::references::{self, RefChange, VersionName};
 use mediaonce::store::memory::InMemoryObjects;
@@ -206,7 +206,7 @@ async fn ledger_contract(table: impl LedgerTable) {
         Conditional::Rejected(None)
     );
 
-    // Done removes the error.
+    // Done removes the error, and starts the time unreferenced.
     table
         .put_new(&row("d", "a/1", JobStatus::Running, 2_000))
         .await
@@ -216,7 +216,10 @@ async fn ledger_contract(table: impl LedgerTable) {
         .await
         .unwrap();
     let done = table.get("d").await.unwrap().unwrap();
-    assert_eq!((done.status, done.error), (JobStatus::Done, None));
+    assert_eq!(
+        (done.status, done.error, done.released_at_ms),
+        (JobStatus::Done, None, Some(4_000))
+    );
     assert!(matches!(
         table.reset_attempts("d", 5_000).await.unwrap(),
         Conditional::Rejected(Some(_))
@@ -249,6 +252,76 @@ async fn ledger_contract(table: impl LedgerTable) {
     hash_cache_contract(&table).await;
     references_contract(&table).await;
     adoption_contract(&table).await;
+    abandoned_contract(&table).await;
+}
+
+/// Rows whose messages never came back (their objects are gone): a
+/// `running` row whose lease ended a grace ago and a `failed` one untouched
+/// for a grace are collected; live leases and poisoned rows are not.
+async fn abandoned_contract(table: &impl LedgerTable) {
+    let at = |key: &str, status: JobStatus, lease: u64, updated: u64| JobRow {
+        updated_at_ms: updated,
+        ..row(key, "w/1", status, lease)
+    };
+    let rows = [
+        at("gone-running", JobStatus::Running, 50, 10),
+        at("gone-running-live", JobStatus::Running, 150, 10),
+        JobRow {
+            attempts: 6,
+            ..at("gone-running-spent", JobStatus::Running, 50, 10)
+        },
+        JobRow {
+            failures: 1,
+            ..at("gone-failed", JobStatus::Failed, 0, 50)
+        },
+        JobRow {
+            failures: 1,
+            ..at("gone-failed-recent", JobStatus::Failed, 0, 150)
+        },
+        JobRow {
+            failures: 1,
+            permanent: true,
+            ..at("gone-failed-permanent", JobStatus::Failed, 0, 50)
+        },
+        JobRow {
+            failures: 3,
+            ..at("gone-failed-spent", JobStatus::Failed, 0, 50)
+        },
+    ];
+    for row in &rows {
+        table.put_new(row).await.unwrap();
+    }
+    let due = CollectDue {
+        before_ms: 100,
+        now_ms: 200,
+        max_attempts: 3,
+    };
+    let mut found: Vec<String> = table
+        .scan_collectable(&due, None)
+        .await
+        .unwrap()
+        .0
+        .into_iter()
+        .map(|r| r.job_key)
+        .filter(|k| k.starts_with("gone-"))
+        .collect();
+    found.sort();
+    assert_eq!(found, ["gone-failed", "gone-running"]);
+    for row in &rows {
+        let request = CollectRequest {
+            job_key: row.job_key.clone(),
+            owner: "gc/2".into(),
+            lease_until_ms: 500,
+            due,
+        };
+        let begun = table.begin_collect(&request).await.unwrap();
+        assert_eq!(
+            matches!(begun, Conditional::Applied(_)),
+            found.contains(&row.job_key),
+            "{}: {begun:?}",
+            row.job_key
+        );
+    }
 }
 
 /// Rows done before references were counted: a reference adopts one
@@ -307,7 +380,7 @@ async fn adoption_contract(table: &impl LedgerTable) {
     }
     let a = table.get("adopt-a").await.unwrap().unwrap();
     assert_eq!((a.refs, a.refs_partial), (Some(0), true));
-    let due = |rows: Vec<JobRow>| -> Vec<String> {
+    let adopted = |rows: Vec<JobRow>| -> Vec<String> {
         let mut keys: Vec<String> = rows
             .into_iter()
             .map(|r| r.job_key)
@@ -316,22 +389,26 @@ async fn adoption_contract(table: &impl LedgerTable) {
         keys.sort();
         keys
     };
+    let due = CollectDue {
+        before_ms: 100,
+        now_ms: 100,
+        max_attempts: 3,
+    };
     let collect = CollectRequest {
         job_key: "adopt-a".into(),
         owner: "gc/1".into(),
         lease_until_ms: 1_000_000,
-        released_before_ms: 100,
-        now_ms: 100,
+        due,
     };
     assert!(matches!(
         table.begin_collect(&collect).await.unwrap(),
         Conditional::Rejected(Some(_))
     ));
-    assert!(due(table.scan_collectable(100, 100, None).await.unwrap().0).is_empty());
+    assert!(adopted(table.scan_collectable(&due, None).await.unwrap().0).is_empty());
 
     // The seal: the partial count is complete, the orphan counted at 0.
     let unsealed = table.scan_unsealed(None).await.unwrap().0;
-    assert_eq!(due(unsealed.clone()), ["adopt-a", "adopt-orphan"]);
+    assert_eq!(adopted(unsealed.clone()), ["adopt-a", "adopt-orphan"]);
     for row in unsealed.iter().filter(|r| r.job_key.starts_with("adopt-")) {
         assert_eq!(
             table.seal_refs(row, 40).await.unwrap(),
@@ -349,9 +426,9 @@ async fn adoption_contract(table: &impl LedgerTable) {
         (Some(0), Some(40), false)
     );
     assert!(!table.get("adopt-a").await.unwrap().unwrap().refs_partial);
-    assert!(due(table.scan_unsealed(None).await.unwrap().0).is_empty());
+    assert!(adopted(table.scan_unsealed(None).await.unwrap().0).is_empty());
     assert_eq!(
-        due(table.scan_collectable(100, 100, None).await.unwrap().0),
+        adopted(table.scan_collectable(&due, None).await.unwrap().0),
         ["adopt-a", "adopt-orphan"]
     );
 }

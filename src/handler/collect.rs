@@ -14,12 +14,16 @@
 //! A collection that stops anywhere leaves a `collecting` row whose lease
 //! passes: the next collection (or a claim, which runs the job again from
 //! nothing) takes it over.
+//!
+//! Abandoned rows are collected the same way: a `running` row whose lease
+//! ended a grace ago, or a `failed` one (not poisoned) untouched for a
+//! grace: no message came back for them, because their object is gone.
 
 use std::time::Duration;
 
 use super::App;
 use crate::config::split_s3_location;
-use crate::ledger::{CollectRequest, Conditional, JobRow};
+use crate::ledger::{CollectDue, CollectRequest, Conditional, JobRow};
 
 /// How long a collection may take before another may take it over.
 pub const COLLECT_LEASE: Duration = Duration::from_secs(300);
@@ -51,8 +55,7 @@ impl App {
             job_key: job_key.to_string(),
             owner: owner.clone(),
             lease_until_ms,
-            released_before_ms: now.saturating_sub(millis(self.config.gc_grace)),
-            now_ms: now,
+            due: self.collect_due_at(now),
         };
         let row = match self.ledger.begin_collect(&request).await {
             Ok(Conditional::Applied(row)) => row,
@@ -108,14 +111,21 @@ impl App {
         }
     }
 
+    /// What is due at `now_ms`, with this configuration's grace and caps.
+    fn collect_due_at(&self, now_ms: u64) -> CollectDue {
+        CollectDue {
+            before_ms: now_ms.saturating_sub(millis(self.config.gc_grace)),
+            now_ms,
+            max_attempts: self.config.max_attempts,
+        }
+    }
+
     /// Every job due for collection now; with `dry_run`, what would be
     /// deleted, touching nothing.
     pub async fn collect_due(&self, dry_run: bool) -> Result<Vec<Collected>, String> {
-        let now = self.now_ms();
-        let cutoff = now.saturating_sub(millis(self.config.gc_grace));
         let due = self
             .ledger
-            .collectable(cutoff, now)
+            .collectable(&self.collect_due_at(self.now_ms()))
             .await
             .map_err(|e| e.to_string())?;
         let mut collected = Vec::with_capacity(due.len());

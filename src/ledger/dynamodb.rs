@@ -14,18 +14,25 @@ use crate::identity::ObjectVersion;
 use crate::references::{attr as ref_attr, RefChange, VersionName, VersionRefs};
 
 use super::items::{
-    cache_row, cache_row_is_of, count_update, n, s, CountChange, version_refs_from_item, version_update, Item,
+    cache_row, cache_row_is_of, count_update, n, s, version_refs_from_item, version_update,
+    CountChange, Item,
 };
 
 use super::{
-    attr, Claim, ClaimRequest, CollectRequest, Conditional, Finish, JobRow, JobStatus, LedgerError,
-    LedgerTable, RefWrite,
+    attr, max_runs, Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, Finish, JobRow,
+    JobStatus, LedgerError, LedgerTable, RefWrite,
 };
 
 /// When a row is due for collection ([`super::collectable`]): the
 /// collection's condition and the sweep's filter, written once.
+/// (A failed row from before `failures` was counted is never due here.)
 const COLLECTABLE: &str = "(#status = :done AND #refs = :zero AND #released <= :cutoff \
-     AND attribute_not_exists(#partial)) OR (#status = :collecting AND #lease <= :now)";
+     AND attribute_not_exists(#partial)) \
+     OR (#status = :collecting AND #lease <= :now) \
+     OR (#status = :running AND #lease <= :cutoff AND #attempts < :max_runs) \
+     OR (#status = :failed AND #updated <= :cutoff AND #attempts < :max_runs \
+         AND #failures < :max_attempts \
+         AND (attribute_not_exists(#permanent) OR #permanent = :false))";
 
 /// A done row whose count is not known complete ([`super::unsealed`]).
 const UNSEALED: &str =
@@ -38,19 +45,28 @@ fn collectable_names() -> std::collections::HashMap<String, String> {
         ("#refs", ref_attr::REFS),
         ("#released", ref_attr::RELEASED_AT_MS),
         ("#partial", ref_attr::REFS_PARTIAL),
+        ("#attempts", attr::ATTEMPTS),
+        ("#updated", attr::UPDATED_AT_MS),
+        ("#failures", attr::FAILURES),
+        ("#permanent", attr::PERMANENT),
     ]
     .into_iter()
     .map(|(name, attribute)| (name.to_string(), attribute.to_string()))
     .collect()
 }
 
-fn collectable_values(released_before_ms: u64, now_ms: u64) -> Item {
+fn collectable_values(due: &CollectDue) -> Item {
     [
         (":collecting", s(JobStatus::Collecting.as_str())),
         (":done", s(JobStatus::Done.as_str())),
-        (":now", n(now_ms)),
+        (":running", s(JobStatus::Running.as_str())),
+        (":failed", s(JobStatus::Failed.as_str())),
+        (":now", n(due.now_ms)),
         (":zero", n(0)),
-        (":cutoff", n(released_before_ms)),
+        (":cutoff", n(due.before_ms)),
+        (":max_runs", n(max_runs(due.max_attempts))),
+        (":max_attempts", n(due.max_attempts)),
+        (":false", AttributeValue::Bool(false)),
     ]
     .into_iter()
     .map(|(name, value)| (name.to_string(), value))
@@ -249,8 +265,13 @@ impl LedgerTable for DynamoDbTable {
             .expression_attribute_values(":now", n(now_ms))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         let update = match finish {
+            // Unreferenced from now: a job whose reference never comes
+            // (its object deleted meanwhile) is collected after the grace.
             Finish::Done => update
-                .update_expression("SET #status = :status, #updated = :now REMOVE #error")
+                .update_expression(
+                    "SET #status = :status, #updated = :now, #released = :now REMOVE #error",
+                )
+                .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
                 .expression_attribute_values(":status", s(JobStatus::Done.as_str())),
             Finish::Failed { error, permanent } => {
                 let update = update
@@ -499,12 +520,8 @@ impl LedgerTable for DynamoDbTable {
             )
             .condition_expression(COLLECTABLE)
             .set_expression_attribute_names(Some(collectable_names()))
-            .set_expression_attribute_values(Some(collectable_values(
-                request.released_before_ms,
-                request.now_ms,
-            )))
+            .set_expression_attribute_values(Some(collectable_values(&request.due)))
             .expression_attribute_names("#owner", attr::OWNER)
-            .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
             .expression_attribute_values(":owner", s(&request.owner))
             .expression_attribute_values(":lease", n(request.lease_until_ms))
             .return_values(ReturnValue::AllNew)
@@ -549,14 +566,13 @@ impl LedgerTable for DynamoDbTable {
 
     async fn scan_collectable(
         &self,
-        released_before_ms: u64,
-        now_ms: u64,
+        due: &CollectDue,
         from: Option<&str>,
     ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
         self.scan_page(
             COLLECTABLE,
             collectable_names(),
-            collectable_values(released_before_ms, now_ms),
+            collectable_values(due),
             from,
         )
         .await

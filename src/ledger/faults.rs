@@ -8,7 +8,7 @@ use crate::faults::{Call, FaultPlan};
 use crate::identity::ObjectVersion;
 use crate::references::{RefChange, VersionName, VersionRefs};
 
-use super::{CollectRequest, RefWrite};
+use super::{CollectDue, CollectRequest, RefWrite};
 
 #[derive(Debug, Clone)]
 pub struct FaultyTable {
@@ -143,13 +143,10 @@ impl LedgerTable for FaultyTable {
 
     async fn scan_collectable(
         &self,
-        released_before_ms: u64,
-        now_ms: u64,
+        due: &CollectDue,
         from: Option<&str>,
     ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
-        self.inner
-            .scan_collectable(released_before_ms, now_ms, from)
-            .await
+        self.inner.scan_collectable(due, from).await
     }
 
     async fn scan_unsealed(

@@ -11,7 +11,7 @@ use super::{
 use crate::identity::ObjectVersion;
 use crate::references::{RefChange, VersionName, VersionRefs};
 
-use super::{collectable, unsealed, CollectRequest, RefWrite};
+use super::{collectable, unsealed, CollectDue, CollectRequest, RefWrite};
 
 #[derive(Debug, Default)]
 pub struct InMemoryTable {
@@ -116,6 +116,7 @@ impl LedgerTable for InMemoryTable {
             Finish::Done => {
                 row.status = JobStatus::Done;
                 row.error = None;
+                row.released_at_ms = Some(now_ms);
             }
             Finish::Failed { error, permanent } => {
                 row.status = JobStatus::Failed;
@@ -260,13 +261,13 @@ impl LedgerTable for InMemoryTable {
         let Some(row) = rows.get_mut(&request.job_key) else {
             return Ok(Conditional::Rejected(None));
         };
-        if !collectable(row, request.released_before_ms, request.now_ms) {
+        if !collectable(row, &request.due) {
             return Ok(Conditional::Rejected(Some(row.clone())));
         }
         row.status = JobStatus::Collecting;
         row.owner = request.owner.clone();
         row.lease_until_ms = request.lease_until_ms;
-        row.updated_at_ms = request.now_ms;
+        row.updated_at_ms = request.due.now_ms;
         Ok(Conditional::Applied(row.clone()))
     }
 
@@ -288,14 +289,13 @@ impl LedgerTable for InMemoryTable {
 
     async fn scan_collectable(
         &self,
-        released_before_ms: u64,
-        now_ms: u64,
+        due: &CollectDue,
         _from: Option<&str>,
     ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
         let mut due: Vec<JobRow> = self
             .rows()
             .values()
-            .filter(|row| collectable(row, released_before_ms, now_ms))
+            .filter(|row| collectable(row, due))
             .cloned()
             .collect();
         due.sort_by(|a, b| a.job_key.cmp(&b.job_key));
@@ -306,7 +306,12 @@ impl LedgerTable for InMemoryTable {
         &self,
         _from: Option<&str>,
     ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
-        let mut found: Vec<JobRow> = self.rows().values().filter(|row| unsealed(row)).cloned().collect();
+        let mut found: Vec<JobRow> = self
+            .rows()
+            .values()
+            .filter(|row| unsealed(row))
+            .cloned()
+            .collect();
         found.sort_by(|a, b| a.job_key.cmp(&b.job_key));
         Ok((found, None))
     }

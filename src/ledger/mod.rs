@@ -295,7 +295,8 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
         request: &ClaimRequest,
     ) -> Result<Conditional<u64>, LedgerError>;
 
-    /// UpdateItem finishing a claim as `done` (removing `error`) or `failed`
+    /// UpdateItem finishing a claim as `done` (removing `error`; setting
+    /// `released_at_ms`: unreferenced since now, see DESIGN.md) or `failed`
     /// (with `error`, failures + 1, and `permanent` when it is), conditioned
     /// on `owner = claim.owner AND status = running`.
     async fn finish(
@@ -373,14 +374,12 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
         -> Result<Conditional<()>, LedgerError>;
 
     /// One Scan page of the rows due for collection (as [`begin_collect`]'s
-    /// condition says, at `now_ms` with cut-off `released_before_ms`), from
-    /// `from` (the last page's `next`).
+    /// condition says, at `due`), from `from` (the last page's `next`).
     ///
     /// [`begin_collect`]: LedgerTable::begin_collect
     async fn scan_collectable(
         &self,
-        released_before_ms: u64,
-        now_ms: u64,
+        due: &CollectDue,
         from: Option<&str>,
     ) -> Result<(Vec<JobRow>, Option<String>), LedgerError>;
 
@@ -405,18 +404,38 @@ pub fn unsealed(row: &JobRow) -> bool {
     row.status == JobStatus::Done && (row.refs.is_none() || row.refs_partial)
 }
 
+/// When a row is due for collection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CollectDue {
+    /// Now less the grace: a row is due when it has had no reference (or,
+    /// abandoned, no owner) since at or before this.
+    pub before_ms: u64,
+    pub now_ms: u64,
+    /// The configuration's failures cap: a poisoned row is never due (it
+    /// is what stops a re-upload of its content from running again).
+    pub max_attempts: u64,
+}
+
 /// Whether a row is due for collection: as `begin_collect`'s condition. Pure.
-pub fn collectable(row: &JobRow, released_before_ms: u64, now_ms: u64) -> bool {
+///
+/// - `done`, nothing references it (a complete count at 0) since the cut-off;
+/// - `collecting` whose collector's lease has passed (a collection that
+///   stopped);
+/// - abandoned: `running` whose lease ended by the cut-off, or `failed`
+///   (not poisoned) and untouched since it: no message came back for it
+///   in a whole grace, because its object is gone. Its outputs are partial
+///   at most; a later upload of the same bytes runs it from nothing.
+pub fn collectable(row: &JobRow, due: &CollectDue) -> bool {
+    let poisoned = judge(row, due.now_ms, due.max_attempts) == Verdict::Poisoned;
     match row.status {
         JobStatus::Done => {
             row.refs == Some(0)
                 && !row.refs_partial
-                && row
-                    .released_at_ms
-                    .is_some_and(|at| at <= released_before_ms)
+                && row.released_at_ms.is_some_and(|at| at <= due.before_ms)
         }
-        JobStatus::Collecting => !is_live(row.lease_until_ms, now_ms),
-        _ => false,
+        JobStatus::Collecting => !is_live(row.lease_until_ms, due.now_ms),
+        JobStatus::Running => !poisoned && row.lease_until_ms <= due.before_ms,
+        JobStatus::Failed => !poisoned && row.updated_at_ms <= due.before_ms,
     }
 }
 
@@ -427,9 +446,7 @@ pub struct CollectRequest {
     /// The collector's fencing token.
     pub owner: String,
     pub lease_until_ms: u64,
-    /// Only a job whose last release is at or before this is due.
-    pub released_before_ms: u64,
-    pub now_ms: u64,
+    pub due: CollectDue,
 }
 
 /// What a reference transaction came to.
@@ -539,18 +556,11 @@ impl Ledger {
     }
 
     /// Every row due for collection (all Scan pages).
-    pub async fn collectable(
-        &self,
-        released_before_ms: u64,
-        now_ms: u64,
-    ) -> Result<Vec<JobRow>, LedgerError> {
+    pub async fn collectable(&self, due: &CollectDue) -> Result<Vec<JobRow>, LedgerError> {
         let mut rows = Vec::new();
         let mut from: Option<String> = None;
         loop {
-            let (page, next) = self
-                .table
-                .scan_collectable(released_before_ms, now_ms, from.as_deref())
-                .await?;
+            let (page, next) = self.table.scan_collectable(due, from.as_deref()).await?;
             rows.extend(page);
             match next {
                 Some(next) => from = Some(next),

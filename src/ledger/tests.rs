@@ -229,13 +229,10 @@ impl LedgerTable for DeletedInBetween {
     }
     async fn scan_collectable(
         &self,
-        released_before_ms: u64,
-        now_ms: u64,
+        due: &CollectDue,
         from: Option<&str>,
     ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
-        self.inner
-            .scan_collectable(released_before_ms, now_ms, from)
-            .await
+        self.inner.scan_collectable(due, from).await
     }
 
     async fn scan_unsealed(

@@ -58,12 +58,15 @@ async fn rebuild(app: &App, location: &str, dry_run: bool) -> ExitCode {
     };
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     let result = app
-        .rebuild_refs(bucket, prefix, dry_run, |version| {
-            match serde_json::to_string(version) {
+        .rebuild_refs(
+            bucket,
+            prefix,
+            dry_run,
+            |version| match serde_json::to_string(version) {
                 Ok(line) => println!("{line}"),
                 Err(e) => eprintln!("mediaonce: refs rebuild: {e}"),
-            }
-        })
+            },
+        )
         .await;
     match result {
         Ok(summary) => {
@@ -98,7 +101,11 @@ async fn seal(app: &App, dry_run: bool) -> ExitCode {
             eprintln!(
                 "refs seal: {} job(s) {}{}",
                 rows.len() - changed,
-                if dry_run { "to seal (dry run)" } else { "sealed" },
+                if dry_run {
+                    "to seal (dry run)"
+                } else {
+                    "sealed"
+                },
                 if changed > 0 {
                     format!("; {changed} changed meanwhile: run it again")
                 } else {
