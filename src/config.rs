@@ -23,6 +23,7 @@ pub const ENV_MAX_ATTEMPTS: &str = "MEDIAONCE_MAX_ATTEMPTS";
 pub const ENV_DEADLINE_MARGIN_SECS: &str = "MEDIAONCE_DEADLINE_MARGIN_SECS";
 pub const ENV_RELEASE_ON_DELETE_MARKER: &str = "MEDIAONCE_RELEASE_ON_DELETE_MARKER";
 pub const ENV_GC_GRACE_SECS: &str = "MEDIAONCE_GC_GRACE_SECS";
+pub use crate::metrics::{DEFAULT_NAMESPACE, ENV_METRICS, ENV_METRICS_NAMESPACE};
 pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(86_400);
 pub use crate::identity::{IdentityMode, ENV_IDENTITY};
 /// Owned by the thumbnail step, which is built with it.
@@ -109,6 +110,28 @@ pub struct Config {
     /// How long a job nothing references keeps its outputs before it may be
     /// collected (0: at once, by the release that freed it).
     pub gc_grace: Duration,
+    /// The CloudWatch namespace of the batches' EMF metrics; `None`: off.
+    pub metrics_namespace: Option<String>,
+}
+
+/// A CloudWatch namespace: 1 to 255 of letters, digits and `.-_/#:`, not
+/// starting with `AWS/` (reserved for AWS's own).
+fn metrics_namespace(text: Option<String>) -> Result<String, ConfigError> {
+    let Some(text) = text else {
+        return Ok(DEFAULT_NAMESPACE.to_string());
+    };
+    let text = text.trim();
+    let allowed = |c: char| c.is_ascii_alphanumeric() || ".-_/#: ".contains(c);
+    if text.len() > 255 || !text.chars().all(allowed) || text.starts_with("AWS/") {
+        return Err(invalid(
+            ENV_METRICS_NAMESPACE,
+            format!(
+                "{text:?} is not a CloudWatch namespace (1 to 255 letters, digits, \
+                 spaces and .-_/#:, not starting with AWS/)"
+            ),
+        ));
+    }
+    Ok(text.to_string())
 }
 
 impl Config {
@@ -208,10 +231,21 @@ impl Config {
                 )
             })?),
         };
+        let metrics_namespace = match get(ENV_METRICS).as_deref().map(str::trim) {
+            Some("off") => None,
+            None | Some("on") => Some(metrics_namespace(get(ENV_METRICS_NAMESPACE))?),
+            Some(other) => {
+                return Err(invalid(
+                    ENV_METRICS,
+                    format!("must be on or off, not {other:?}"),
+                ))
+            }
+        };
         Ok(Config {
             identity,
             release_on_delete_marker,
             gc_grace,
+            metrics_namespace,
             table,
             output_bucket,
             output_prefix,
@@ -458,6 +492,19 @@ mod tests {
         assert_eq!(e.variable, ENV_GC_GRACE_SECS);
         let c = config(&[(ENV_TABLE, "t"), (ENV_GC_GRACE_SECS, "0")]).unwrap();
         assert_eq!(c.gc_grace, Duration::ZERO);
+        assert_eq!(c.metrics_namespace.as_deref(), Some("mediaonce"));
+        let c = config(&[(ENV_TABLE, "t"), (ENV_METRICS, "off")]).unwrap();
+        assert_eq!(c.metrics_namespace, None);
+        let c = config(&[(ENV_TABLE, "t"), (ENV_METRICS_NAMESPACE, "media/prod")]).unwrap();
+        assert_eq!(c.metrics_namespace.as_deref(), Some("media/prod"));
+        for (variable, value) in [
+            (ENV_METRICS, "maybe"),
+            (ENV_METRICS_NAMESPACE, "AWS/Lambda"),
+            (ENV_METRICS_NAMESPACE, "bad\nname"),
+        ] {
+            let e = config(&[(ENV_TABLE, "t"), (variable, value)]).unwrap_err();
+            assert_eq!(e.variable, variable);
+        }
         let e = config(&[
             (ENV_TABLE, "t"),
             (ENV_RECIPES, r#"[{"step":"nope","version":1,"params":{}}]"#),

@@ -16,7 +16,8 @@
 //! - [`queue`]: handing busy messages back for when their holder is done;
 //! - [`step`] and [`steps`]: the work, and where its outputs go;
 //! - [`handler`]: an SQS batch in, a partial batch response out;
-//! - [`report`]: what each job and message came to.
+//! - [`report`]: what each job and message came to;
+//! - [`metrics`]: a batch's metrics in CloudWatch's Embedded Metric Format.
 //!
 //! DESIGN.md says what is guaranteed and what breaks it.
 //!
@@ -63,6 +64,7 @@ pub mod identity;
 pub mod key;
 pub mod lease;
 pub mod ledger;
+pub mod metrics;
 pub mod queue;
 pub mod references;
 pub mod steps;
@@ -82,7 +84,7 @@ pub use handler::{
     RecipeOutputs, SealedRow, StartupError,
 };
 pub use key::{job_key, Recipe};
-pub use report::{BatchReport, JobReport, MessageReport, Outcome};
+pub use report::{BatchReport, BatchUsage, JobReport, MessageReport, Outcome};
 pub use runtime::run;
 pub use step::{
     InputUse, JobInput, JobOutputs, Manifest, OutputFile, Step, StepContext, StepError,

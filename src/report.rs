@@ -99,6 +99,31 @@ impl MessageReport {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct BatchReport {
     pub messages: Vec<MessageReport>,
+    /// What the batch cost in calls and bytes.
+    pub usage: BatchUsage,
+}
+
+/// What a batch cost: measured on the app's clients while it ran (batches
+/// of one app are not run at once in Lambda; in a test that runs several
+/// at once, each counts the others' too).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BatchUsage {
+    pub input_bytes_read: u64,
+    pub output_bytes_written: u64,
+    pub dynamodb_calls: u64,
+}
+
+impl BatchUsage {
+    /// The usage between `before` and these counts.
+    pub fn since(&self, before: &BatchUsage) -> BatchUsage {
+        BatchUsage {
+            input_bytes_read: self.input_bytes_read.saturating_sub(before.input_bytes_read),
+            output_bytes_written: self
+                .output_bytes_written
+                .saturating_sub(before.output_bytes_written),
+            dynamodb_calls: self.dynamodb_calls.saturating_sub(before.dynamodb_calls),
+        }
+    }
 }
 
 impl BatchReport {
@@ -169,6 +194,7 @@ mod tests {
                 message("deferred", vec![job(Outcome::Deferred, None)], None),
                 message("failed", vec![job(Outcome::Failed, None)], None),
             ],
+            usage: BatchUsage::default(),
         };
         let ids: Vec<String> = batch
             .response()

@@ -7,7 +7,7 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use serde_json::Value;
 
-use crate::handler::{handle_batch, App, Invocation};
+use crate::handler::{handle_batch, App, Invocation, MetricsOut};
 use crate::steps::StepRegistry;
 
 /// Runs the Lambda function with `steps`: reads the configuration from the
@@ -18,7 +18,7 @@ use crate::steps::StepRegistry;
 /// `AWS_LAMBDA_LOG_FORMAT=JSON` and `AWS_LAMBDA_LOG_LEVEL`.
 pub async fn run(steps: StepRegistry) -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let app = Arc::new(App::from_env(steps).await?);
+    let app = Arc::new(App::from_env(steps).await?.with_metrics_out(MetricsOut::Stdout));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let app = app.clone();
         async move {

@@ -168,6 +168,35 @@ async fn invoke_answers_each_fixture() {
         stderr.contains("outcome=\"ran\"") || stderr.contains("outcome=ran"),
         "{stderr}"
     );
+    // The batch's metrics: raw EMF lines on stderr (stdout is the answer).
+    let documents: Vec<serde_json::Value> = stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|document| document.get("_aws").is_some())
+        .collect();
+    let jobs: Vec<(&str, &str, u64)> = documents
+        .iter()
+        .filter_map(|d| {
+            Some((
+                d["Step"].as_str()?,
+                d["Outcome"].as_str()?,
+                d["Jobs"].as_u64()?,
+            ))
+        })
+        .collect();
+    assert_eq!(jobs, [("probe", "ran", 1)], "{stderr}");
+    let batch = documents.last().expect("a batch document");
+    assert_eq!(
+        batch["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+        "mediaonce"
+    );
+    assert_eq!(
+        (batch["BatchSize"].as_u64(), batch["ColdStart"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert!(batch["InputBytesRead"].as_u64() > Some(0), "{batch}");
+    assert!(batch["OutputBytesWritten"].as_u64() > Some(0), "{batch}");
+    assert!(batch["DynamoDbCalls"].as_u64() >= Some(3), "{batch}");
     let (response, stderr) = invoke("key-with-spaces-and-plus.json", &table);
     assert!(failed_ids(&response).is_empty(), "{stderr}");
     assert!(stderr.contains("reused"), "{stderr}");

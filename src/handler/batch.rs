@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use super::busy::delay_busy_message;
 use super::job::BatchJobs;
 use super::record::process_body;
-use super::{lock, App, BatchReport, Invocation, MessageReport};
+use super::{lock, App, BatchReport, BatchUsage, Invocation, MessageReport};
 use crate::fifo::lanes;
 
 /// Time kept back from the invocation deadline to send the response.
@@ -24,6 +24,14 @@ const RESPONSE_RESERVE_MS: u64 = 1_000;
 /// is a batch item failure (its task is stopped; its claim expires with its
 /// lease).
 pub async fn handle_batch(app: Arc<App>, event: SqsEvent, invocation: Invocation) -> BatchReport {
+    let before = app.usage_so_far();
+    let mut report = run_batch(app.clone(), event, invocation).await;
+    report.usage = app.usage_so_far().since(&before);
+    app.write_metrics(&report);
+    report
+}
+
+async fn run_batch(app: Arc<App>, event: SqsEvent, invocation: Invocation) -> BatchReport {
     let batch = Arc::new(BatchJobs::default());
     let invocation = Arc::new(invocation);
     let permits = Arc::new(Semaphore::new(app.config.concurrency));
@@ -115,6 +123,7 @@ pub async fn handle_batch(app: Arc<App>, event: SqsEvent, invocation: Invocation
     reports.sort_by_key(|(index, _)| *index);
     BatchReport {
         messages: reports.into_iter().map(|(_, report)| report).collect(),
+        usage: BatchUsage::default(),
     }
 }
 

@@ -32,7 +32,7 @@ use crate::config::{Config, ConfigError, RecipeRule};
 use crate::lease::{Clock, SystemClock};
 use crate::ledger::{Ledger, LedgerError};
 use crate::queue::Queue;
-pub use crate::report::{BatchReport, JobReport, MessageReport, Outcome};
+pub use crate::report::{BatchReport, BatchUsage, JobReport, MessageReport, Outcome};
 use crate::steps::StepRegistry;
 use crate::store::ObjectStore;
 
@@ -86,6 +86,18 @@ pub struct App {
     /// The owner tokens' and the busy jitter's randomness: seedable, so that
     /// a run (a test, the chaos soak, a simulation) can be repeated.
     rng: Mutex<fastrand::Rng>,
+    /// Where each batch's EMF metrics are written (when the configuration
+    /// has them on): stderr unless told otherwise, stdout in Lambda.
+    metrics_out: MetricsOut,
+}
+
+/// Where a batch's EMF documents go, one raw JSON line each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsOut {
+    /// Lambda's log stream, where CloudWatch extracts them.
+    Stdout,
+    /// Beside the logs of a command whose stdout is its answer.
+    Stderr,
 }
 
 impl App {
@@ -98,6 +110,46 @@ impl App {
             clock: Arc::new(SystemClock),
             scratch: std::env::temp_dir(),
             rng: Mutex::new(fastrand::Rng::new()),
+            metrics_out: MetricsOut::Stderr,
+        }
+    }
+
+    /// Writes the batches' metrics to `out`.
+    pub fn with_metrics_out(mut self, out: MetricsOut) -> Self {
+        self.metrics_out = out;
+        self
+    }
+
+    /// The clients' counts so far, for a batch's usage.
+    pub(crate) fn usage_so_far(&self) -> BatchUsage {
+        BatchUsage {
+            input_bytes_read: self.store.bytes_read(),
+            output_bytes_written: self.store.bytes_written(),
+            dynamodb_calls: self.ledger.calls(),
+        }
+    }
+
+    /// Writes `report`'s EMF documents, one raw JSON line each (CloudWatch
+    /// extracts metrics only from a log event whose top level holds `_aws`,
+    /// so never inside a tracing event).
+    pub(crate) fn write_metrics(&self, report: &BatchReport) {
+        let Some(namespace) = &self.config.metrics_namespace else {
+            return;
+        };
+        let documents = crate::metrics::batch_documents(
+            namespace,
+            report,
+            crate::metrics::take_cold_start(),
+            self.now_ms(),
+        );
+        let lines: String = documents
+            .iter()
+            .map(|document| format!("{document}\n"))
+            .collect();
+        // One write of whole lines, so a concurrent log line cannot split one.
+        match self.metrics_out {
+            MetricsOut::Stdout => print!("{lines}"),
+            MetricsOut::Stderr => eprint!("{lines}"),
         }
     }
 

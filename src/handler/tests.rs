@@ -486,3 +486,51 @@ async fn a_failing_hash_cache_costs_a_read_not_a_job() {
     assert_eq!(second.job_key, job.job_key);
     assert_eq!(plan.injected(), 3);
 }
+
+#[tokio::test]
+async fn a_batch_counts_its_calls_and_bytes_and_its_metrics_add_up() {
+    let f = fixture();
+    let etag = f.objects.insert("in", "a.bin", b"abc", true);
+    let report = handle(
+        &f.app,
+        vec![message("1", "a.bin", &etag), message("2", "a.bin", &etag)],
+    )
+    .await;
+    let written: u64 = f
+        .objects
+        .keys("in", "derived/")
+        .iter()
+        .map(|key| f.objects.bytes("in", key).unwrap().len() as u64)
+        .sum();
+    assert_eq!(report.usage.output_bytes_written, written);
+    assert_eq!(report.usage.input_bytes_read, 3, "probe read the 3 bytes");
+    // Claim, finish, the reference; the second message's reference is
+    // tried and found there.
+    assert_eq!(report.usage.dynamodb_calls, 4, "{:?}", report.usage);
+
+    let documents = crate::metrics::batch_documents("mediaonce", &report, false, 1);
+    for document in &documents {
+        crate::metrics::tests::validate(document);
+    }
+    let jobs: Vec<(String, u64)> = documents
+        .iter()
+        .filter_map(|d| Some((d["Outcome"].as_str()?.to_string(), d["Jobs"].as_u64()?)))
+        .collect();
+    assert_eq!(jobs, [("ran".to_string(), 1), ("reused".to_string(), 1)]);
+    let batch = documents.last().unwrap();
+    assert_eq!(batch["DynamoDbCalls"], 4);
+    assert_eq!(batch["InputBytesRead"], 3);
+
+    // A redelivery (DESIGN.md's cost per path): the claim and the
+    // reference, no bytes.
+    let again = handle(&f.app, vec![message("3", "a.bin", &etag)]).await;
+    assert_eq!(again.jobs().next().unwrap().outcome, Outcome::Reused);
+    assert_eq!(
+        again.usage,
+        crate::report::BatchUsage {
+            input_bytes_read: 0,
+            output_bytes_written: 0,
+            dynamodb_calls: 2,
+        }
+    );
+}

@@ -12,6 +12,7 @@
 //! [`memory::InMemoryTable`] keeps rows in a map (unit tests, local tools),
 //! and [`faults::FaultyTable`] injects failures into either.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::identity::ObjectVersion;
@@ -466,6 +467,9 @@ pub enum RefWrite {
 #[derive(Debug, Clone)]
 pub struct Ledger {
     table: Arc<dyn LedgerTable>,
+    /// Calls made to the table (each method of [`LedgerTable`] is one
+    /// DynamoDB call): the `DynamoDbCalls` metric.
+    calls: Arc<AtomicU64>,
 }
 
 impl LedgerError {
@@ -483,7 +487,19 @@ impl Ledger {
     pub fn new(table: impl LedgerTable + 'static) -> Self {
         Ledger {
             table: Arc::new(table),
+            calls: Arc::default(),
         }
+    }
+
+    /// The table, for one call (counted).
+    fn call(&self) -> &dyn LedgerTable {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        &*self.table
+    }
+
+    /// Table calls made through this ledger (and its clones) so far.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
     }
 
     /// The ledger in a DynamoDB table.
@@ -498,12 +514,12 @@ impl Ledger {
     /// Checks at start-up that the table exists and this role can read it,
     /// so a misconfiguration fails the init instead of every message.
     pub async fn check_table(&self) -> Result<(), LedgerError> {
-        self.table.get("mediaonce-startup-check").await.map(|_| ())
+        self.call().get("mediaonce-startup-check").await.map(|_| ())
     }
 
     /// Reads a row with a consistent read.
     pub async fn get(&self, job_key: &str) -> Result<Option<JobRow>, LedgerError> {
-        self.table.get(job_key).await
+        self.call().get(job_key).await
     }
 
     /// The SHA-256 mediaonce computed from an object version's bytes, if it
@@ -512,7 +528,7 @@ impl Ledger {
         &self,
         version: &ObjectVersion,
     ) -> Result<Option<String>, LedgerError> {
-        self.table.get_input_hash(version).await
+        self.call().get_input_hash(version).await
     }
 
     /// Remembers the SHA-256 computed from an object version's bytes.
@@ -522,12 +538,14 @@ impl Ledger {
         input_hash: &str,
         now_ms: u64,
     ) -> Result<(), LedgerError> {
-        self.table.put_input_hash(version, input_hash, now_ms).await
+        self.call()
+            .put_input_hash(version, input_hash, now_ms)
+            .await
     }
 
     /// Forgets an object version's cached hash.
     pub async fn forget_input_hash(&self, version: &ObjectVersion) -> Result<(), LedgerError> {
-        self.table.forget_input_hash(version).await
+        self.call().forget_input_hash(version).await
     }
 
     /// A version's references row.
@@ -535,7 +553,7 @@ impl Ledger {
         &self,
         version: &VersionName,
     ) -> Result<Option<VersionRefs>, LedgerError> {
-        self.table.get_version_refs(version).await
+        self.call().get_version_refs(version).await
     }
 
     /// Moves a job nothing references to `collecting`.
@@ -543,7 +561,7 @@ impl Ledger {
         &self,
         request: &CollectRequest,
     ) -> Result<Conditional<JobRow>, LedgerError> {
-        self.table.begin_collect(request).await
+        self.call().begin_collect(request).await
     }
 
     /// Deletes a collected row.
@@ -552,7 +570,7 @@ impl Ledger {
         job_key: &str,
         owner: &str,
     ) -> Result<Conditional<()>, LedgerError> {
-        self.table.end_collect(job_key, owner).await
+        self.call().end_collect(job_key, owner).await
     }
 
     /// Every row due for collection (all Scan pages).
@@ -560,7 +578,7 @@ impl Ledger {
         let mut rows = Vec::new();
         let mut from: Option<String> = None;
         loop {
-            let (page, next) = self.table.scan_collectable(due, from.as_deref()).await?;
+            let (page, next) = self.call().scan_collectable(due, from.as_deref()).await?;
             rows.extend(page);
             match next {
                 Some(next) => from = Some(next),
@@ -574,7 +592,7 @@ impl Ledger {
         let mut rows = Vec::new();
         let mut from: Option<String> = None;
         loop {
-            let (page, next) = self.table.scan_unsealed(from.as_deref()).await?;
+            let (page, next) = self.call().scan_unsealed(from.as_deref()).await?;
             rows.extend(page);
             match next {
                 Some(next) => from = Some(next),
@@ -589,7 +607,7 @@ impl Ledger {
         row: &JobRow,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
-        self.table.seal_refs(row, now_ms).await
+        self.call().seal_refs(row, now_ms).await
     }
 
     /// Applies a change to a version's references (one transaction).
@@ -599,7 +617,7 @@ impl Ledger {
         change: &RefChange,
         now_ms: u64,
     ) -> Result<RefWrite, LedgerError> {
-        self.table.change_refs(version, change, now_ms).await
+        self.call().change_refs(version, change, now_ms).await
     }
 
     /// Claims a job: one put for a new key; for an existing one, the row
@@ -629,7 +647,7 @@ impl Ledger {
         let mut tries = 0;
         let existing = loop {
             tries += 1;
-            match self.table.put_new(&row).await? {
+            match self.call().put_new(&row).await? {
                 Conditional::Applied(()) => {
                     return Ok(ClaimOutcome::Run(claim_of(
                         request,
@@ -639,7 +657,7 @@ impl Ledger {
                 }
                 Conditional::Rejected(Some(existing)) => break existing,
                 // Some DynamoDB implementations return no item with the failure.
-                Conditional::Rejected(None) => match self.table.get(&request.job_key).await? {
+                Conditional::Rejected(None) => match self.call().get(&request.job_key).await? {
                     Some(existing) => break existing,
                     None if tries < 2 => continue,
                     // Gone twice over: the key is contended; the message
@@ -664,7 +682,7 @@ impl Ledger {
         request: &ClaimRequest,
         seen: &JobRow,
     ) -> Result<ClaimOutcome, LedgerError> {
-        Ok(match self.table.take_over(seen, request).await? {
+        Ok(match self.call().take_over(seen, request).await? {
             Conditional::Applied(attempt) => {
                 ClaimOutcome::Run(claim_of(request, attempt, &seen.output_prefix))
             }
@@ -681,10 +699,10 @@ impl Ledger {
     /// gets `max_attempts` more. Returns the row as it was,
     /// error included, for the caller to log.
     pub async fn retry(&self, job_key: &str, now_ms: u64) -> Result<JobRow, RetryError> {
-        let seen = match self.table.reset_attempts(job_key, now_ms).await? {
+        let seen = match self.call().reset_attempts(job_key, now_ms).await? {
             Conditional::Applied(was) => return Ok(was),
             Conditional::Rejected(Some(row)) => Some(row),
-            Conditional::Rejected(None) => self.table.get(job_key).await?,
+            Conditional::Rejected(None) => self.call().get(job_key).await?,
         };
         Err(match seen {
             Some(row) => RetryError::NotFailed {
@@ -740,7 +758,7 @@ impl Ledger {
     /// unless another worker has taken the job over meanwhile (then its row
     /// stands, and this is `LostLease`).
     pub async fn release(&self, claim: &Claim) -> Result<(), FinishError> {
-        match self.table.release(claim).await? {
+        match self.call().release(claim).await? {
             Conditional::Applied(()) => Ok(()),
             Conditional::Rejected(_) => Err(FinishError::LostLease(claim.job_key.clone())),
         }
@@ -752,7 +770,7 @@ impl Ledger {
         finish: Finish<'_>,
         now_ms: u64,
     ) -> Result<(), FinishError> {
-        match self.table.finish(claim, finish, now_ms).await? {
+        match self.call().finish(claim, finish, now_ms).await? {
             Conditional::Applied(()) => Ok(()),
             Conditional::Rejected(_) => Err(FinishError::LostLease(claim.job_key.clone())),
         }

@@ -5,12 +5,14 @@
 //! failures into any client.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use aws_sdk_s3::primitives::ByteStream;
 
 use crate::fingerprint::ObjectHead;
 
+mod counting;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod faults;
@@ -167,17 +169,38 @@ pub trait ObjectClient: Send + Sync + std::fmt::Debug {
     ) -> Result<VersionsPage, ListError>;
 }
 
-/// The object client the handler and the steps share.
+/// The object client the handler and the steps share, counting the bytes
+/// that go through it (the `InputBytesRead` and `OutputBytesWritten`
+/// metrics; clones share the counts).
 #[derive(Debug, Clone)]
 pub struct ObjectStore {
     client: Arc<dyn ObjectClient>,
+    bytes: Arc<ByteCounts>,
+}
+
+/// Bytes read from and written to S3 through one store.
+#[derive(Debug, Default)]
+struct ByteCounts {
+    read: Arc<AtomicU64>,
+    written: AtomicU64,
 }
 
 impl ObjectStore {
     pub fn new(client: impl ObjectClient + 'static) -> Self {
         ObjectStore {
             client: Arc::new(client),
+            bytes: Arc::default(),
         }
+    }
+
+    /// Object bytes received so far (GETs, whole or ranged).
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes.read.load(Ordering::Relaxed)
+    }
+
+    /// Object bytes sent so far (PUTs).
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes.written.load(Ordering::Relaxed)
     }
 
     /// The store in S3; every call names `expected_bucket_owner`, if given,
@@ -191,7 +214,8 @@ impl ObjectStore {
     }
 
     pub async fn get(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
-        self.client.get_object(object).await
+        let stream = self.client.get_object(object).await?;
+        Ok(counting::count_reads(stream, self.bytes.read.clone()))
     }
 
     pub async fn get_range(
@@ -199,7 +223,11 @@ impl ObjectStore {
         object: &ObjectRef,
         range: Range<u64>,
     ) -> Result<Vec<u8>, GetError> {
-        self.client.get_object_range(object, range).await
+        let bytes = self.client.get_object_range(object, range).await?;
+        self.bytes
+            .read
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(bytes)
     }
 
     /// One ListObjectsV2 page of `prefix`.
@@ -261,8 +289,15 @@ impl ObjectStore {
         content_type: &str,
         body: ByteStream,
     ) -> Result<(), PutError> {
+        // Known before it is sent (bytes in memory, a file of known size);
+        // wrapping the body to count it would cost it its retries.
+        let (lower, upper) = body.size_hint();
         self.client
             .put_object(bucket, key, content_type, body)
-            .await
+            .await?;
+        self.bytes
+            .written
+            .fetch_add(upper.unwrap_or(lower), Ordering::Relaxed);
+        Ok(())
     }
 }
