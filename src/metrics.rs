@@ -10,7 +10,7 @@
 //!
 //! Per batch:
 //! - one document per (Step, Outcome) pair: `Jobs` (Count) with dimensions
-//!   `Step`, `Outcome`, and `JobDuration` (Milliseconds, one value per job,
+//!   `Step`, `Outcome` and with `Outcome` alone, and `JobDuration` (Milliseconds, one value per job,
 //!   at most [`MAX_VALUES`] per document) with dimension `Step`;
 //! - one document with no dimension: `BatchSize`, `BatchItemFailures`,
 //!   `InputBytesRead`, `OutputBytesWritten`, `DynamoDbCalls`, and
@@ -32,6 +32,18 @@ pub const ENV_METRICS: &str = "MEDIAONCE_METRICS";
 /// The CloudWatch namespace (default [`DEFAULT_NAMESPACE`]).
 pub const ENV_METRICS_NAMESPACE: &str = "MEDIAONCE_METRICS_NAMESPACE";
 pub const DEFAULT_NAMESPACE: &str = "mediaonce";
+
+/// Every metric the documents hold.
+pub const METRIC_NAMES: [&str; 8] = [
+    "Jobs",
+    "JobDuration",
+    "BatchSize",
+    "BatchItemFailures",
+    "InputBytesRead",
+    "OutputBytesWritten",
+    "DynamoDbCalls",
+    "ColdStart",
+];
 
 /// EMF's most values for one metric in one document.
 pub const MAX_VALUES: usize = 100;
@@ -61,13 +73,19 @@ pub fn batch_documents(
     }
     for ((step, outcome), durations) in pairs {
         for (index, chunk) in durations.chunks(MAX_VALUES).enumerate() {
-            let mut metrics = vec![(Directive::new(&["Step"]), "JobDuration", "Milliseconds")];
+            let mut metrics = vec![(Directive::new(&[&["Step"]]), "JobDuration", "Milliseconds")];
             let mut fields = Map::new();
             fields.insert("Step".into(), json!(step));
             fields.insert("Outcome".into(), json!(outcome));
             fields.insert("JobDuration".into(), json!(chunk));
             if index == 0 {
-                metrics.push((Directive::new(&["Step", "Outcome"]), "Jobs", "Count"));
+                // By outcome alone too: the poisoned-jobs alarm and the
+                // dashboard read `Jobs` by `Outcome` across steps.
+                metrics.push((
+                    Directive::new(&[&["Step", "Outcome"], &["Outcome"]]),
+                    "Jobs",
+                    "Count",
+                ));
                 fields.insert("Jobs".into(), json!(durations.len()));
             }
             documents.push(document(namespace, timestamp_ms, &metrics, fields));
@@ -77,7 +95,7 @@ pub fn batch_documents(
     let mut fields = Map::new();
     let mut metrics = Vec::new();
     let mut add = |name: &'static str, unit: &'static str, value: u64| {
-        metrics.push((Directive::new(&[]), name, unit));
+        metrics.push((Directive::new(&[&[]]), name, unit));
         fields.insert(name.into(), json!(value));
     };
     add("BatchSize", "Count", report.messages.len() as u64);
@@ -96,13 +114,13 @@ pub fn batch_documents(
     documents
 }
 
-/// One dimension set.
+/// The dimension sets of one directive.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Directive(Vec<&'static str>);
+struct Directive(Vec<Vec<&'static str>>);
 
 impl Directive {
-    fn new(dimensions: &[&'static str]) -> Self {
-        Directive(dimensions.to_vec())
+    fn new(sets: &[&[&'static str]]) -> Self {
+        Directive(sets.iter().map(|set| set.to_vec()).collect())
     }
 }
 
@@ -126,7 +144,7 @@ fn document(
         .map(|(dimensions, metrics)| {
             json!({
                 "Namespace": namespace,
-                "Dimensions": [dimensions.0],
+                "Dimensions": dimensions.0,
                 "Metrics": metrics,
             })
         })
@@ -269,5 +287,32 @@ pub(crate) mod tests {
         );
         let warm = batch_documents("ns", &report, false, 1);
         assert!(warm.last().unwrap().get("ColdStart").is_none());
+    }
+
+    /// The template's alarms and dashboard read only metrics the documents
+    /// hold, by dimensions they carry.
+    #[test]
+    fn the_template_reads_only_metrics_that_are_written() {
+        let template = include_str!("../template.yaml");
+        let mut read = Vec::new();
+        for (at, _) in template.match_indices("\"${MetricsNamespace}\", \"") {
+            let rest = &template[at + "\"${MetricsNamespace}\", \"".len()..];
+            read.push(&rest[..rest.find('"').unwrap()]);
+        }
+        for (at, _) in template.match_indices("MetricName=\\\"") {
+            let rest = &template[at + "MetricName=\\\"".len()..];
+            read.push(&rest[..rest.find('\\').unwrap()]);
+        }
+        let alarm = template
+            .split("PoisonedJobsAlarm:")
+            .nth(1)
+            .expect("the poisoned-jobs alarm");
+        assert!(alarm.contains("Namespace: !Ref MetricsNamespace"));
+        assert!(alarm.contains("MetricName: Jobs"));
+        assert!(alarm.contains("- Name: Outcome\n          Value: poisoned"));
+        assert!(read.len() >= 7, "{read:?}");
+        for name in read {
+            assert!(METRIC_NAMES.contains(&name), "the template reads {name:?}");
+        }
     }
 }
