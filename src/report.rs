@@ -146,6 +146,62 @@ impl BatchReport {
     pub fn count(&self, outcome: Outcome) -> usize {
         self.jobs().filter(|j| j.outcome == outcome).count()
     }
+
+    /// A short table for a person (`mediaonce invoke --pretty`): the jobs
+    /// by outcome, then one line per job (key prefix, step, outcome,
+    /// duration, message), and each unusable message.
+    pub fn summary(&self) -> String {
+        const OUTCOMES: [Outcome; 7] = [
+            Outcome::Ran,
+            Outcome::Reused,
+            Outcome::Busy,
+            Outcome::Failed,
+            Outcome::Skipped,
+            Outcome::Poisoned,
+            Outcome::Deferred,
+        ];
+        let by_outcome: Vec<String> = OUTCOMES
+            .iter()
+            .map(|&o| (o, self.count(o)))
+            .filter(|(_, n)| *n > 0)
+            .map(|(o, n)| format!("{} {n}", o.as_str()))
+            .collect();
+        let mut text = format!(
+            "batch: {} message(s), {} job(s){}{}; {} message(s) come back\n",
+            self.messages.len(),
+            self.jobs().count(),
+            if by_outcome.is_empty() { "" } else { ": " },
+            by_outcome.join(", "),
+            self.response().batch_item_failures.len()
+        );
+        if self.jobs().next().is_some() {
+            text.push_str(&format!(
+                "  {:<14} {:<14} {:<9} {:>8}  {}\n",
+                "job", "step", "outcome", "ms", "message"
+            ));
+        }
+        for message in &self.messages {
+            for job in &message.jobs {
+                let key = if job.job_key.len() > 12 {
+                    format!("{}…", &job.job_key[..12])
+                } else {
+                    job.job_key.clone()
+                };
+                text.push_str(&format!(
+                    "  {:<14} {:<14} {:<9} {:>8}  {}\n",
+                    key,
+                    job.step,
+                    job.outcome.as_str(),
+                    job.duration_ms,
+                    message.message_id
+                ));
+            }
+            if let Some(error) = &message.error {
+                text.push_str(&format!("  message {}: {error}\n", message.message_id));
+            }
+        }
+        text
+    }
 }
 
 #[cfg(test)]
@@ -208,6 +264,29 @@ mod tests {
         );
         assert_eq!(batch.count(Outcome::Ran), 2);
         assert_eq!(batch.messages[3].busy_until_ms(), Some(5));
+    }
+
+    #[test]
+    fn the_summary_counts_outcomes_and_lists_each_job() {
+        let mut ran = job(Outcome::Ran, None);
+        ran.job_key = "3f9a2c1d0e4b5a6978".into();
+        ran.duration_ms = 43;
+        let batch = BatchReport {
+            messages: vec![
+                message("m-1", vec![ran, job(Outcome::Busy, Some(9))], None),
+                message("m-2", vec![], Some("body is not JSON")),
+            ],
+            usage: BatchUsage::default(),
+        };
+        let summary = batch.summary();
+        let lines: Vec<&str> = summary.lines().collect();
+        assert_eq!(
+            lines[0],
+            "batch: 2 message(s), 2 job(s): ran 1, busy 1; 2 message(s) come back"
+        );
+        assert!(lines[2].starts_with("  3f9a2c1d0e4b…  probe          ran             43  m-1"), "{summary}");
+        assert!(lines[3].contains("busy"), "{summary}");
+        assert_eq!(lines[4], "  message m-2: body is not JSON");
     }
 
     #[test]

@@ -98,7 +98,7 @@ fn fixture_bodies_parse_as_documented() {
 /// Runs `mediaonce invoke` as a user would, against the emulators.
 fn invoke(name: &str, table: &str) -> (SqsBatchResponse, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_mediaonce"))
-        .args(["invoke", "--event"])
+        .args(["invoke", "--pretty", "--event"])
         .arg(events_dir().join(name))
         .env("MEDIAONCE_TABLE", table)
         .env("MEDIAONCE_OUTPUT_BUCKET", "mediaonce-demo-input")
@@ -168,7 +168,12 @@ async fn invoke_answers_each_fixture() {
         stderr.contains("outcome=\"ran\"") || stderr.contains("outcome=ran"),
         "{stderr}"
     );
-    // The batch's metrics: raw EMF lines on stderr (stdout is the answer).
+    // The summary for a person, then the batch's metrics: raw EMF lines on
+    // stderr (stdout is the answer).
+    assert!(
+        stderr.contains("batch: 1 message(s), 1 job(s): ran 1; 0 message(s) come back"),
+        "{stderr}"
+    );
     let documents: Vec<serde_json::Value> = stderr
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())

@@ -8,6 +8,7 @@ use std::time::Duration;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use super::busy::delay_busy_message;
 use super::job::BatchJobs;
@@ -24,11 +25,18 @@ const RESPONSE_RESERVE_MS: u64 = 1_000;
 /// is a batch item failure (its task is stopped; its claim expires with its
 /// lease).
 pub async fn handle_batch(app: Arc<App>, event: SqsEvent, invocation: Invocation) -> BatchReport {
-    let before = app.usage_so_far();
-    let mut report = run_batch(app.clone(), event, invocation).await;
-    report.usage = app.usage_so_far().since(&before);
-    app.write_metrics(&report);
-    report
+    // Every log line of the batch names its invocation, the message tasks'
+    // included (a spawned task does not inherit the caller's span).
+    let span = tracing::info_span!("batch", request_id = %invocation.request_id);
+    async move {
+        let before = app.usage_so_far();
+        let mut report = run_batch(app.clone(), event, invocation).await;
+        report.usage = app.usage_so_far().since(&before);
+        app.write_metrics(&report);
+        report
+    }
+    .instrument(span)
+    .await
 }
 
 async fn run_batch(app: Arc<App>, event: SqsEvent, invocation: Invocation) -> BatchReport {
@@ -81,7 +89,8 @@ async fn run_batch(app: Arc<App>, event: SqsEvent, invocation: Invocation) -> Ba
                     earlier_failed |= report.must_retry();
                     lock(&slots)[index] = Some(report);
                 }
-            })
+            }
+            .instrument(tracing::Span::current()))
         })
         .collect();
 

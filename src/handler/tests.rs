@@ -534,3 +534,43 @@ async fn a_batch_counts_its_calls_and_bytes_and_its_metrics_add_up() {
         }
     );
 }
+
+/// Log lines written to memory, for the test that reads them.
+#[derive(Clone, Default)]
+struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn every_log_line_of_a_batch_names_its_request() {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let f = fixture();
+    let etag = f.objects.insert("in", "a.bin", b"abc", true);
+    // The message tasks run on this thread (a current-thread runtime), so
+    // the default subscriber sees them.
+    handle(
+        &f.app,
+        vec![message("1", "a.bin", &etag), message("2", "gone.bin", "x")],
+    )
+    .await;
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let logged: Vec<&str> = text.lines().collect();
+    assert!(logged.len() >= 3, "{text}");
+    for line in logged {
+        assert!(line.contains("batch{request_id=req}"), "{line}");
+    }
+}

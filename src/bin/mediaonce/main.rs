@@ -140,6 +140,10 @@ enum Command {
         /// The SQS event file, as Lambda would deliver it.
         #[arg(long)]
         event: PathBuf,
+        /// After the logs, a short table of the batch on stderr (the
+        /// default when stderr is a terminal).
+        #[arg(long)]
+        pretty: bool,
     },
 }
 
@@ -170,7 +174,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Invoke { event } => invoke(&event),
+        Command::Invoke { event, pretty } => invoke(&event, pretty),
         Command::Outputs { object, version_id } => outputs(&object, version_id),
         Command::Gc { dry_run } => gc(dry_run),
         Command::Refs { command } => refs::run(command),
@@ -302,7 +306,7 @@ fn keys_from_jsonl() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn invoke(path: &PathBuf) -> ExitCode {
+fn invoke(path: &PathBuf, pretty: bool) -> ExitCode {
     // Logs go to stderr; stdout carries the response.
     lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::stderr);
     let text = match std::fs::read_to_string(path) {
@@ -328,6 +332,9 @@ fn invoke(path: &PathBuf) -> ExitCode {
             deadline_ms: None,
         };
         let report = handle_batch(app, event, invocation).await;
+        if pretty || std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            eprint!("{}", report.summary());
+        }
         match serde_json::to_string(&report.response()) {
             Ok(json) => {
                 println!("{json}");
