@@ -67,6 +67,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod queue;
 pub mod references;
+pub mod simulate;
 pub mod steps;
 pub mod store;
 pub mod upload;

@@ -1,4 +1,4 @@
-//! The `mediaonce key` command, run as a user would.
+//! The command line run as a user would: `mediaonce key`, `mediaonce simulate`.
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -130,4 +130,46 @@ fn empty_input_hash_exits_2() {
         "{}",
         text(&out.stderr)
     );
+}
+
+#[test]
+fn simulate_prints_the_month_and_its_json_last() {
+    let out = mediaonce(
+        &[
+            "simulate",
+            "--uploads",
+            "2000",
+            "--crashes",
+            "0.01",
+            "--json",
+        ],
+        "",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("runs keyed by message id"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap()).expect("JSON last");
+    for key in [
+        "uploads",
+        "deliveries",
+        "runs_by_message_id",
+        "runs_by_content",
+        "unique_jobs",
+        "runs_cut_short_by_crashes",
+        "dynamodb_calls",
+    ] {
+        assert!(report[key].is_u64(), "{key}: {report}");
+    }
+    let n = |key: &str| report[key].as_u64().unwrap();
+    assert_eq!(n("uploads"), 2000);
+    assert_eq!(
+        n("runs_by_content"),
+        n("unique_jobs") + n("runs_cut_short_by_crashes")
+    );
+    assert!(n("runs_by_message_id") > n("runs_by_content"));
+
+    let bad = mediaonce(&["simulate", "--identical", "1.5"], "");
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(text(&bad.stderr).contains("--identical must be between 0 and 1"));
 }

@@ -24,9 +24,13 @@ pub mod dynamodb;
 #[doc(hidden)]
 pub mod faults;
 mod items;
+// In memory: the simulation's (`mediaonce simulate`) and the tests'.
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod memory;
+#[cfg(not(any(test, feature = "testing")))]
+#[allow(dead_code)]
+pub(crate) mod memory;
 
 /// Attribute names of a job row, named once.
 pub mod attr {

@@ -16,9 +16,13 @@ mod counting;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod faults;
+// In memory: the simulation's (`mediaonce simulate`) and the tests'.
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod memory;
+#[cfg(not(any(test, feature = "testing")))]
+#[allow(dead_code)]
+pub(crate) mod memory;
 pub mod s3;
 
 /// Where an object version is.

@@ -3,6 +3,7 @@
 
 mod progress;
 mod refs;
+mod simulate;
 
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -114,6 +115,10 @@ enum Command {
         #[command(subcommand)]
         command: refs::RefsCommand,
     },
+    /// Play a month of uploads (the reference design's mix by default)
+    /// through the real handler on in-memory clients with a virtual clock,
+    /// and compare the runs keyed by message id with mediaonce's.
+    Simulate(simulate::SimulateArgs),
     /// Upload a file so that its jobs are keyed by its content: one PUT
     /// carrying its SHA-256 (which S3 verifies and keeps) up to 5 GiB, else
     /// a multipart upload (a worker then hashes it once). Prints the input
@@ -178,6 +183,7 @@ fn main() -> ExitCode {
         Command::Outputs { object, version_id } => outputs(&object, version_id),
         Command::Gc { dry_run } => gc(dry_run),
         Command::Refs { command } => refs::run(command),
+        Command::Simulate(args) => simulate::run(args),
         Command::Backfill {
             location,
             queue_url,

@@ -1,0 +1,296 @@
+//! The simulation's clients: the in-memory table, store and queue, each
+//! counting its calls, and a table on which a worker can die before it
+//! finishes (the row keeps its lease, as a real crash leaves it).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_s3::primitives::ByteStream;
+
+use crate::fingerprint::ObjectHead;
+use crate::identity::ObjectVersion;
+use crate::ledger::memory::InMemoryTable;
+use crate::ledger::{
+    Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, Finish, JobRow, LedgerError,
+    LedgerTable, RefWrite,
+};
+use crate::queue::{DelayError, QueueClient};
+use crate::references::{RefChange, VersionName, VersionRefs};
+use crate::store::memory::InMemoryObjects;
+use crate::store::{
+    DeleteError, GetError, HeadError, ListError, ObjectClient, ObjectRef, PutError, VersionsPage,
+};
+
+/// Calls and capacity units by call, as DynamoDB on-demand would bill them
+/// (items under 1 KB: a write 1 unit, a consistent read 1, an eventually
+/// consistent read 0.5, each item of a transaction twice).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct TableUse {
+    pub calls: BTreeMap<&'static str, u64>,
+    pub write_units: f64,
+    pub read_units: f64,
+}
+
+impl TableUse {
+    pub fn total_calls(&self) -> u64 {
+        self.calls.values().sum()
+    }
+}
+
+/// The claim table: in memory, counted, and dying before a finish for the
+/// jobs in `crash_before_finish`.
+#[derive(Debug)]
+pub struct SimTable {
+    inner: InMemoryTable,
+    pub usage: Arc<Mutex<TableUse>>,
+    /// Jobs whose worker dies at the finish (shared with the step).
+    pub crash_before_finish: Arc<Mutex<HashSet<String>>>,
+}
+
+impl SimTable {
+    pub fn new() -> Self {
+        SimTable {
+            inner: InMemoryTable::new("simulated"),
+            usage: Arc::default(),
+            crash_before_finish: Arc::default(),
+        }
+    }
+
+    fn count(&self, call: &'static str, write_units: f64, read_units: f64) {
+        let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        *usage.calls.entry(call).or_default() += 1;
+        usage.write_units += write_units;
+        usage.read_units += read_units;
+    }
+}
+
+/// A worker that died: its call never returns an answer.
+fn died(call: &'static str) -> LedgerError {
+    LedgerError::Service {
+        operation: call,
+        table: "simulated".into(),
+        message: "the worker died".into(),
+        kind: crate::error::ErrorKind::Transient,
+    }
+}
+
+#[async_trait::async_trait]
+impl LedgerTable for SimTable {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn get(&self, job_key: &str) -> Result<Option<JobRow>, LedgerError> {
+        self.count("GetItem (job)", 0.0, 1.0);
+        self.inner.get(job_key).await
+    }
+    async fn put_new(&self, row: &JobRow) -> Result<Conditional<()>, LedgerError> {
+        self.count("PutItem (claim)", 1.0, 0.0);
+        self.inner.put_new(row).await
+    }
+    async fn take_over(
+        &self,
+        seen: &JobRow,
+        request: &ClaimRequest,
+    ) -> Result<Conditional<u64>, LedgerError> {
+        self.count("UpdateItem (takeover)", 1.0, 0.0);
+        self.inner.take_over(seen, request).await
+    }
+    async fn finish(
+        &self,
+        claim: &Claim,
+        finish: Finish<'_>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        let crashed = self
+            .crash_before_finish
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&claim.job_key);
+        if crashed {
+            return Err(died("UpdateItem"));
+        }
+        self.count("UpdateItem (finish)", 1.0, 0.0);
+        self.inner.finish(claim, finish, now_ms).await
+    }
+    async fn release(&self, claim: &Claim) -> Result<Conditional<()>, LedgerError> {
+        self.count("DeleteItem (release)", 1.0, 0.0);
+        self.inner.release(claim).await
+    }
+    async fn reset_attempts(
+        &self,
+        job_key: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<JobRow>, LedgerError> {
+        self.count("UpdateItem (retry)", 1.0, 0.0);
+        self.inner.reset_attempts(job_key, now_ms).await
+    }
+    async fn get_input_hash(&self, version: &ObjectVersion) -> Result<Option<String>, LedgerError> {
+        self.count("GetItem (hash cache)", 0.0, 0.5);
+        self.inner.get_input_hash(version).await
+    }
+    async fn put_input_hash(
+        &self,
+        version: &ObjectVersion,
+        input_hash: &str,
+        now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        self.count("PutItem (hash cache)", 1.0, 0.0);
+        self.inner.put_input_hash(version, input_hash, now_ms).await
+    }
+    async fn forget_input_hash(&self, version: &ObjectVersion) -> Result<(), LedgerError> {
+        self.count("DeleteItem (hash cache)", 1.0, 0.0);
+        self.inner.forget_input_hash(version).await
+    }
+    async fn get_version_refs(
+        &self,
+        version: &VersionName,
+    ) -> Result<Option<VersionRefs>, LedgerError> {
+        self.count("GetItem (references)", 0.0, 1.0);
+        self.inner.get_version_refs(version).await
+    }
+    async fn change_refs(
+        &self,
+        version: &VersionName,
+        change: &RefChange,
+        now_ms: u64,
+    ) -> Result<RefWrite, LedgerError> {
+        let items = 1 + change.add.len() + change.adopt.len() + change.remove.len();
+        self.count("TransactWriteItems (references)", 2.0 * items as f64, 0.0);
+        self.inner.change_refs(version, change, now_ms).await
+    }
+    async fn begin_collect(
+        &self,
+        request: &CollectRequest,
+    ) -> Result<Conditional<JobRow>, LedgerError> {
+        self.count("UpdateItem (collect)", 1.0, 0.0);
+        self.inner.begin_collect(request).await
+    }
+    async fn end_collect(
+        &self,
+        job_key: &str,
+        owner: &str,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.count("DeleteItem (collected)", 1.0, 0.0);
+        self.inner.end_collect(job_key, owner).await
+    }
+    async fn scan_collectable(
+        &self,
+        due: &CollectDue,
+        from: Option<&str>,
+    ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
+        self.count("Scan (sweep)", 0.0, 1.0);
+        self.inner.scan_collectable(due, from).await
+    }
+    async fn scan_unsealed(
+        &self,
+        from: Option<&str>,
+    ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
+        self.count("Scan (seal)", 0.0, 1.0);
+        self.inner.scan_unsealed(from).await
+    }
+    async fn seal_refs(&self, row: &JobRow, now_ms: u64) -> Result<Conditional<()>, LedgerError> {
+        self.count("UpdateItem (seal)", 1.0, 0.0);
+        self.inner.seal_refs(row, now_ms).await
+    }
+}
+
+/// The buckets: in memory, each request counted.
+#[derive(Debug)]
+pub struct SimObjects {
+    pub inner: Arc<InMemoryObjects>,
+    pub requests: Arc<Mutex<BTreeMap<&'static str, u64>>>,
+}
+
+impl SimObjects {
+    pub fn new() -> Self {
+        SimObjects {
+            inner: InMemoryObjects::new(),
+            requests: Arc::default(),
+        }
+    }
+
+    fn count(&self, request: &'static str) {
+        *self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(request)
+            .or_default() += 1;
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectClient for SimObjects {
+    async fn head_object(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError> {
+        self.count("HEAD");
+        self.inner.head_object(object).await
+    }
+    async fn get_object(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
+        self.count("GET");
+        self.inner.get_object(object).await
+    }
+    async fn get_object_range(
+        &self,
+        object: &ObjectRef,
+        range: Range<u64>,
+    ) -> Result<Vec<u8>, GetError> {
+        self.count("GET");
+        self.inner.get_object_range(object, range).await
+    }
+    async fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        content_type: &str,
+        body: ByteStream,
+    ) -> Result<(), PutError> {
+        self.count("PUT");
+        self.inner.put_object(bucket, key, content_type, body).await
+    }
+    async fn list_objects(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        from: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), ListError> {
+        self.count("LIST");
+        self.inner.list_objects(bucket, prefix, from).await
+    }
+    async fn delete_objects(&self, bucket: &str, keys: &[String]) -> Result<(), DeleteError> {
+        self.count("DELETE");
+        self.inner.delete_objects(bucket, keys).await
+    }
+    async fn list_object_versions(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        from: Option<&(String, String)>,
+    ) -> Result<VersionsPage, ListError> {
+        self.count("LIST");
+        self.inner.list_object_versions(bucket, prefix, from).await
+    }
+}
+
+/// The queue: a busy message's ChangeMessageVisibility, remembered by
+/// receipt handle so that the simulation delivers it again then.
+#[derive(Debug, Default)]
+pub struct SimQueue {
+    pub delays: Arc<Mutex<HashMap<String, i32>>>,
+}
+
+#[async_trait::async_trait]
+impl QueueClient for SimQueue {
+    async fn change_visibility(
+        &self,
+        _queue_url: &str,
+        receipt_handle: &str,
+        seconds: i32,
+    ) -> Result<(), DelayError> {
+        self.delays
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(receipt_handle.to_string(), seconds);
+        Ok(())
+    }
+}
