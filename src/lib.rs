@@ -64,6 +64,7 @@ pub mod identity;
 pub mod key;
 pub mod lease;
 pub mod ledger;
+pub mod logging;
 pub mod metrics;
 pub mod queue;
 pub mod references;

@@ -17,7 +17,7 @@ use crate::steps::StepRegistry;
 /// Event`) runs the collection sweep instead. Logs honour
 /// `AWS_LAMBDA_LOG_FORMAT=JSON` and `AWS_LAMBDA_LOG_LEVEL`.
 pub async fn run(steps: StepRegistry) -> Result<(), Error> {
-    lambda_runtime::tracing::init_default_subscriber();
+    crate::logging::init(std::io::stdout);
     let app = Arc::new(App::from_env(steps).await?.with_metrics_out(MetricsOut::Stdout));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let app = app.clone();

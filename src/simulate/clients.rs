@@ -1,10 +1,12 @@
 //! The simulation's clients: the in-memory table, store and queue, each
 //! counting its calls, and a table on which a worker can die before it
-//! finishes (the row keeps its lease, as a real crash leaves it).
+//! finishes (the row keeps its lease, as a real crash leaves it). Each can
+//! also take a latency per call, as a network would (`bench/handler.sh`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
 
@@ -43,6 +45,8 @@ impl TableUse {
 #[derive(Debug)]
 pub struct SimTable {
     inner: InMemoryTable,
+    /// Waited before each call (none by default).
+    pub latency: Duration,
     pub usage: Arc<Mutex<TableUse>>,
     /// Jobs whose worker dies at the finish (shared with the step).
     pub crash_before_finish: Arc<Mutex<HashSet<String>>>,
@@ -52,12 +56,17 @@ impl SimTable {
     pub fn new() -> Self {
         SimTable {
             inner: InMemoryTable::new("simulated"),
+            latency: Duration::ZERO,
             usage: Arc::default(),
             crash_before_finish: Arc::default(),
         }
     }
 
-    fn count(&self, call: &'static str, write_units: f64, read_units: f64) {
+    /// Counts a call, after its latency.
+    async fn count(&self, call: &'static str, write_units: f64, read_units: f64) {
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
         let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
         *usage.calls.entry(call).or_default() += 1;
         usage.write_units += write_units;
@@ -81,11 +90,11 @@ impl LedgerTable for SimTable {
         self.inner.name()
     }
     async fn get(&self, job_key: &str) -> Result<Option<JobRow>, LedgerError> {
-        self.count("GetItem (job)", 0.0, 1.0);
+        self.count("GetItem (job)", 0.0, 1.0).await;
         self.inner.get(job_key).await
     }
     async fn put_new(&self, row: &JobRow) -> Result<Conditional<()>, LedgerError> {
-        self.count("PutItem (claim)", 1.0, 0.0);
+        self.count("PutItem (claim)", 1.0, 0.0).await;
         self.inner.put_new(row).await
     }
     async fn take_over(
@@ -93,7 +102,7 @@ impl LedgerTable for SimTable {
         seen: &JobRow,
         request: &ClaimRequest,
     ) -> Result<Conditional<u64>, LedgerError> {
-        self.count("UpdateItem (takeover)", 1.0, 0.0);
+        self.count("UpdateItem (takeover)", 1.0, 0.0).await;
         self.inner.take_over(seen, request).await
     }
     async fn finish(
@@ -110,11 +119,11 @@ impl LedgerTable for SimTable {
         if crashed {
             return Err(died("UpdateItem"));
         }
-        self.count("UpdateItem (finish)", 1.0, 0.0);
+        self.count("UpdateItem (finish)", 1.0, 0.0).await;
         self.inner.finish(claim, finish, now_ms).await
     }
     async fn release(&self, claim: &Claim) -> Result<Conditional<()>, LedgerError> {
-        self.count("DeleteItem (release)", 1.0, 0.0);
+        self.count("DeleteItem (release)", 1.0, 0.0).await;
         self.inner.release(claim).await
     }
     async fn reset_attempts(
@@ -122,11 +131,11 @@ impl LedgerTable for SimTable {
         job_key: &str,
         now_ms: u64,
     ) -> Result<Conditional<JobRow>, LedgerError> {
-        self.count("UpdateItem (retry)", 1.0, 0.0);
+        self.count("UpdateItem (retry)", 1.0, 0.0).await;
         self.inner.reset_attempts(job_key, now_ms).await
     }
     async fn get_input_hash(&self, version: &ObjectVersion) -> Result<Option<String>, LedgerError> {
-        self.count("GetItem (hash cache)", 0.0, 0.5);
+        self.count("GetItem (hash cache)", 0.0, 0.5).await;
         self.inner.get_input_hash(version).await
     }
     async fn put_input_hash(
@@ -135,18 +144,18 @@ impl LedgerTable for SimTable {
         input_hash: &str,
         now_ms: u64,
     ) -> Result<(), LedgerError> {
-        self.count("PutItem (hash cache)", 1.0, 0.0);
+        self.count("PutItem (hash cache)", 1.0, 0.0).await;
         self.inner.put_input_hash(version, input_hash, now_ms).await
     }
     async fn forget_input_hash(&self, version: &ObjectVersion) -> Result<(), LedgerError> {
-        self.count("DeleteItem (hash cache)", 1.0, 0.0);
+        self.count("DeleteItem (hash cache)", 1.0, 0.0).await;
         self.inner.forget_input_hash(version).await
     }
     async fn get_version_refs(
         &self,
         version: &VersionName,
     ) -> Result<Option<VersionRefs>, LedgerError> {
-        self.count("GetItem (references)", 0.0, 1.0);
+        self.count("GetItem (references)", 0.0, 1.0).await;
         self.inner.get_version_refs(version).await
     }
     async fn change_refs(
@@ -156,14 +165,14 @@ impl LedgerTable for SimTable {
         now_ms: u64,
     ) -> Result<RefWrite, LedgerError> {
         let items = 1 + change.add.len() + change.adopt.len() + change.remove.len();
-        self.count("TransactWriteItems (references)", 2.0 * items as f64, 0.0);
+        self.count("TransactWriteItems (references)", 2.0 * items as f64, 0.0).await;
         self.inner.change_refs(version, change, now_ms).await
     }
     async fn begin_collect(
         &self,
         request: &CollectRequest,
     ) -> Result<Conditional<JobRow>, LedgerError> {
-        self.count("UpdateItem (collect)", 1.0, 0.0);
+        self.count("UpdateItem (collect)", 1.0, 0.0).await;
         self.inner.begin_collect(request).await
     }
     async fn end_collect(
@@ -171,7 +180,7 @@ impl LedgerTable for SimTable {
         job_key: &str,
         owner: &str,
     ) -> Result<Conditional<()>, LedgerError> {
-        self.count("DeleteItem (collected)", 1.0, 0.0);
+        self.count("DeleteItem (collected)", 1.0, 0.0).await;
         self.inner.end_collect(job_key, owner).await
     }
     async fn scan_collectable(
@@ -179,18 +188,18 @@ impl LedgerTable for SimTable {
         due: &CollectDue,
         from: Option<&str>,
     ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
-        self.count("Scan (sweep)", 0.0, 1.0);
+        self.count("Scan (sweep)", 0.0, 1.0).await;
         self.inner.scan_collectable(due, from).await
     }
     async fn scan_unsealed(
         &self,
         from: Option<&str>,
     ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
-        self.count("Scan (seal)", 0.0, 1.0);
+        self.count("Scan (seal)", 0.0, 1.0).await;
         self.inner.scan_unsealed(from).await
     }
     async fn seal_refs(&self, row: &JobRow, now_ms: u64) -> Result<Conditional<()>, LedgerError> {
-        self.count("UpdateItem (seal)", 1.0, 0.0);
+        self.count("UpdateItem (seal)", 1.0, 0.0).await;
         self.inner.seal_refs(row, now_ms).await
     }
 }
@@ -199,6 +208,9 @@ impl LedgerTable for SimTable {
 #[derive(Debug)]
 pub struct SimObjects {
     pub inner: Arc<InMemoryObjects>,
+    /// Waited before a HEAD, and before a GET.
+    pub head_latency: Duration,
+    pub get_latency: Duration,
     pub requests: Arc<Mutex<BTreeMap<&'static str, u64>>>,
 }
 
@@ -206,11 +218,21 @@ impl SimObjects {
     pub fn new() -> Self {
         SimObjects {
             inner: InMemoryObjects::new(),
+            head_latency: Duration::ZERO,
+            get_latency: Duration::ZERO,
             requests: Arc::default(),
         }
     }
 
-    fn count(&self, request: &'static str) {
+    async fn count(&self, request: &'static str) {
+        let latency = match request {
+            "HEAD" => self.head_latency,
+            "GET" => self.get_latency,
+            _ => Duration::ZERO,
+        };
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
         *self
             .requests
             .lock()
@@ -223,11 +245,11 @@ impl SimObjects {
 #[async_trait::async_trait]
 impl ObjectClient for SimObjects {
     async fn head_object(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError> {
-        self.count("HEAD");
+        self.count("HEAD").await;
         self.inner.head_object(object).await
     }
     async fn get_object(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
-        self.count("GET");
+        self.count("GET").await;
         self.inner.get_object(object).await
     }
     async fn get_object_range(
@@ -235,7 +257,7 @@ impl ObjectClient for SimObjects {
         object: &ObjectRef,
         range: Range<u64>,
     ) -> Result<Vec<u8>, GetError> {
-        self.count("GET");
+        self.count("GET").await;
         self.inner.get_object_range(object, range).await
     }
     async fn put_object(
@@ -245,7 +267,7 @@ impl ObjectClient for SimObjects {
         content_type: &str,
         body: ByteStream,
     ) -> Result<(), PutError> {
-        self.count("PUT");
+        self.count("PUT").await;
         self.inner.put_object(bucket, key, content_type, body).await
     }
     async fn list_objects(
@@ -254,11 +276,11 @@ impl ObjectClient for SimObjects {
         prefix: &str,
         from: Option<&str>,
     ) -> Result<(Vec<String>, Option<String>), ListError> {
-        self.count("LIST");
+        self.count("LIST").await;
         self.inner.list_objects(bucket, prefix, from).await
     }
     async fn delete_objects(&self, bucket: &str, keys: &[String]) -> Result<(), DeleteError> {
-        self.count("DELETE");
+        self.count("DELETE").await;
         self.inner.delete_objects(bucket, keys).await
     }
     async fn list_object_versions(
@@ -267,7 +289,7 @@ impl ObjectClient for SimObjects {
         prefix: &str,
         from: Option<&(String, String)>,
     ) -> Result<VersionsPage, ListError> {
-        self.count("LIST");
+        self.count("LIST").await;
         self.inner.list_object_versions(bucket, prefix, from).await
     }
 }
@@ -276,6 +298,7 @@ impl ObjectClient for SimObjects {
 /// receipt handle so that the simulation delivers it again then.
 #[derive(Debug, Default)]
 pub struct SimQueue {
+    /// ChangeMessageVisibility calls, by receipt handle: the delay asked.
     pub delays: Arc<Mutex<HashMap<String, i32>>>,
 }
 

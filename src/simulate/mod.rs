@@ -10,7 +10,7 @@
 //! invocations run at once only to model an SQS redelivery while the first
 //! attempt still runs: they interleave on one thread at the step's yields.
 
-mod clients;
+pub mod clients;
 mod traffic;
 
 use std::cmp::Reverse;

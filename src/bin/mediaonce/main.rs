@@ -314,7 +314,7 @@ fn keys_from_jsonl() -> ExitCode {
 
 fn invoke(path: &PathBuf, pretty: bool) -> ExitCode {
     // Logs go to stderr; stdout carries the response.
-    lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::stderr);
+    mediaonce::logging::init(std::io::stderr);
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) => return fail(format!("invoke: cannot read {}: {e}", path.display())),
@@ -358,7 +358,7 @@ fn outputs(location: &str, version_id: Option<String>) -> ExitCode {
         ));
     };
     // Logs go to stderr; stdout carries the JSON.
-    lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::stderr);
+    mediaonce::logging::init(std::io::stderr);
     block_on(async {
         let app = match App::from_env(StepRegistry::builtin()).await {
             Ok(app) => app,
@@ -389,7 +389,7 @@ fn reprocess(location: &str, version_id: Option<String>, recipe: Option<String>)
             "reprocess: {location:?} is not an s3://bucket/key object"
         ));
     };
-    lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::stderr);
+    mediaonce::logging::init(std::io::stderr);
     let steps = StepRegistry::builtin();
     let config = match &recipe {
         // The one recipe, for every key, instead of the configured ones.
@@ -450,7 +450,7 @@ fn reprocess(location: &str, version_id: Option<String>, recipe: Option<String>)
 }
 
 fn gc(dry_run: bool) -> ExitCode {
-    lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::stderr);
+    mediaonce::logging::init(std::io::stderr);
     block_on(async {
         let app = match App::from_env(StepRegistry::builtin()).await {
             Ok(app) => app,

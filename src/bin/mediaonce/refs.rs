@@ -37,7 +37,7 @@ pub enum RefsCommand {
 }
 
 pub fn run(command: RefsCommand) -> ExitCode {
-    lambda_runtime::tracing::init_default_subscriber_with_writer(std::io::stderr);
+    mediaonce::logging::init(std::io::stderr);
     block_on(async {
         let app = match App::from_env(StepRegistry::builtin()).await {
             Ok(app) => app,
