@@ -15,12 +15,12 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mediaonce::config::Config;
-use mediaonce::{handle_batch, App, Invocation, Outcome};
 use mediaonce::ledger::Ledger;
 use mediaonce::queue::Queue;
 use mediaonce::simulate::clients::{SimObjects, SimQueue, SimTable};
 use mediaonce::steps::StepRegistry;
 use mediaonce::store::ObjectStore;
+use mediaonce::{handle_batch, App, Invocation, Outcome};
 
 const BUCKET: &str = "in";
 const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:jobs";

@@ -8,8 +8,8 @@
 //!   Per-module directives (`mediaonce=debug`) are not read: the level of
 //!   the last one that names a level is used.
 
-use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::fmt::MakeWriter;
 
 /// The level `text` names (the last level word in it), if any.
 pub fn level(text: &str) -> Option<LevelFilter> {

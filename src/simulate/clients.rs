@@ -52,6 +52,12 @@ pub struct SimTable {
     pub crash_before_finish: Arc<Mutex<HashSet<String>>>,
 }
 
+impl Default for SimTable {
+    fn default() -> Self {
+        SimTable::new()
+    }
+}
+
 impl SimTable {
     pub fn new() -> Self {
         SimTable {
@@ -165,7 +171,8 @@ impl LedgerTable for SimTable {
         now_ms: u64,
     ) -> Result<RefWrite, LedgerError> {
         let items = 1 + change.add.len() + change.adopt.len() + change.remove.len();
-        self.count("TransactWriteItems (references)", 2.0 * items as f64, 0.0).await;
+        self.count("TransactWriteItems (references)", 2.0 * items as f64, 0.0)
+            .await;
         self.inner.change_refs(version, change, now_ms).await
     }
     async fn begin_collect(
@@ -212,6 +219,12 @@ pub struct SimObjects {
     pub head_latency: Duration,
     pub get_latency: Duration,
     pub requests: Arc<Mutex<BTreeMap<&'static str, u64>>>,
+}
+
+impl Default for SimObjects {
+    fn default() -> Self {
+        SimObjects::new()
+    }
 }
 
 impl SimObjects {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 use mediaonce::simulate::{render, simulate, Prices, SimOptions};
 
-use super::{block_on, fail};
+use super::fail;
 
 #[derive(Args)]
 pub struct SimulateArgs {
@@ -97,7 +97,16 @@ pub fn run(args: SimulateArgs) -> ExitCode {
             s3_get_thousand: args.price_s3_get_thousand,
         },
     };
-    block_on(async {
+    // One thread: the same seed gives the same month (the message tasks
+    // and the two invocations of a redelivery interleave in one order).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(format!("simulate: cannot start the async runtime: {e}")),
+    };
+    runtime.block_on(async {
         match simulate(&options).await {
             Ok(report) => {
                 print!("{}", render(&report));
