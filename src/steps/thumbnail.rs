@@ -23,7 +23,9 @@
 
 use std::io::Cursor;
 
-use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
+use fast_image_resize::images::{TypedImage, TypedImageRef};
+use fast_image_resize::pixels::{U8x3, U8x4};
+use fast_image_resize::{FilterType, PixelTrait, ResizeAlg, ResizeOptions, Resizer};
 use image::metadata::Orientation;
 use image::{DynamicImage, ImageDecoder, ImageReader};
 use serde_json::{Map, Value};
@@ -449,15 +451,57 @@ pub fn render(
     } else {
         DynamicImage::ImageRgb8(image.to_rgb8())
     };
-    let mut target = DynamicImage::new(plan.width, plan.height, source.color());
     let (left, top, width, height) = plan.crop;
     let options = ResizeOptions::new()
         .resize_alg(ResizeAlg::Convolution(FilterType::Lanczos3))
         .crop(left, top, width, height);
+    // Typed to the two pixel formats resized (RGB and RGBA, 8 bits): the
+    // resizer's code for every other pixel type stays out of the binary.
+    let failed = |e: &dyn std::fmt::Display| StepError::Failed(format!("resizing failed: {e}"));
+    Ok(match source {
+        DynamicImage::ImageRgba8(rgba) => {
+            let mut target = image::RgbaImage::new(plan.width, plan.height);
+            resize_typed::<U8x4>(
+                &rgba,
+                rgba.width(),
+                rgba.height(),
+                &mut target,
+                plan,
+                &options,
+            )
+            .map_err(|e| failed(&e))?;
+            DynamicImage::ImageRgba8(target)
+        }
+        DynamicImage::ImageRgb8(rgb) => {
+            let mut target = image::RgbImage::new(plan.width, plan.height);
+            resize_typed::<U8x3>(&rgb, rgb.width(), rgb.height(), &mut target, plan, &options)
+                .map_err(|e| failed(&e))?;
+            DynamicImage::ImageRgb8(target)
+        }
+        _ => unreachable!("the source is made RGB or RGBA above"),
+    })
+}
+
+/// Resizes `source` (`width`×`height` pixels of `P`) into `target`, the
+/// plan's size.
+fn resize_typed<P>(
+    source: &[u8],
+    width: u32,
+    height: u32,
+    target: &mut [u8],
+    plan: &Plan,
+    options: &ResizeOptions,
+) -> Result<(), String>
+where
+    P: PixelTrait,
+{
+    let source =
+        TypedImageRef::<P>::from_buffer(width, height, source).map_err(|e| e.to_string())?;
+    let mut target =
+        TypedImage::<P>::from_buffer(plan.width, plan.height, target).map_err(|e| e.to_string())?;
     Resizer::new()
-        .resize(&source, &mut target, &options)
-        .map_err(|e| StepError::Failed(format!("resizing failed: {e}")))?;
-    Ok(target)
+        .resize_typed(&source, &mut target, options)
+        .map_err(|e| e.to_string())
 }
 
 fn over_white(image: &DynamicImage) -> image::RgbImage {
