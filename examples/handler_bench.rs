@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use mediaonce::config::Config;
 use mediaonce::ledger::Ledger;
-use mediaonce::queue::Queue;
-use mediaonce::simulate::clients::{SimObjects, SimQueue, SimTable};
+use mediaonce::queue::{Queue, RecordingQueue};
+use mediaonce::simulate::clients::{SimObjects, SimTable};
 use mediaonce::steps::StepRegistry;
 use mediaonce::store::ObjectStore;
 use mediaonce::{handle_batch, App, Invocation, Outcome};
@@ -74,7 +74,7 @@ fn app(latency: &Latency, metrics: &str, count: usize) -> (Arc<App>, Vec<SqsMess
         config,
         Ledger::new(table),
         ObjectStore::new(objects),
-        Queue::new(SimQueue::default()),
+        Queue::new(Arc::new(RecordingQueue::default())),
     );
     (Arc::new(app), messages)
 }

@@ -136,6 +136,17 @@ pub struct RecordingQueue {
 }
 
 impl RecordingQueue {
+    /// The delay last asked for the message received as `receipt_handle`.
+    pub fn delay_of(&self, receipt_handle: &str) -> Option<i32> {
+        self.changes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .rev()
+            .find(|(_, handle, _)| handle == receipt_handle)
+            .map(|(_, _, seconds)| *seconds)
+    }
+
     /// The (queue URL, receipt handle, seconds) asked so far.
     pub fn changes(&self) -> Vec<(String, String, i32)> {
         self.changes
@@ -164,6 +175,19 @@ impl QueueClient for Arc<RecordingQueue> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_recording_queue_answers_the_last_delay_of_a_message() {
+        let recorded = Arc::new(RecordingQueue::default());
+        let queue = Queue::new(recorded.clone());
+        queue.delay("q", "r-1", 30).await.unwrap();
+        queue.delay("q", "r-2", 5).await.unwrap();
+        queue.delay("q", "r-1", 12).await.unwrap();
+        assert_eq!(recorded.delay_of("r-1"), Some(12));
+        assert_eq!(recorded.delay_of("r-2"), Some(5));
+        assert_eq!(recorded.delay_of("r-3"), None);
+        assert_eq!(recorded.changes().len(), 3);
+    }
 
     #[test]
     fn delay_reaches_past_the_lease_within_bounds() {

@@ -1,9 +1,9 @@
-//! The simulation's clients: the in-memory table, store and queue, each
-//! counting its calls, and a table on which a worker can die before it
+//! The simulation's clients: the in-memory table and store, each counting
+//! its calls (the queue is [`crate::queue::RecordingQueue`]), and a table on which a worker can die before it
 //! finishes (the row keeps its lease, as a real crash leaves it). Each can
 //! also take a latency per call, as a network would (`bench/handler.sh`).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,7 +17,6 @@ use crate::ledger::{
     Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, Finish, JobRow, LedgerError,
     LedgerTable, RefWrite,
 };
-use crate::queue::{DelayError, QueueClient};
 use crate::references::{RefChange, VersionName, VersionRefs};
 use crate::store::memory::InMemoryObjects;
 use crate::store::{
@@ -304,29 +303,5 @@ impl ObjectClient for SimObjects {
     ) -> Result<VersionsPage, ListError> {
         self.count("LIST").await;
         self.inner.list_object_versions(bucket, prefix, from).await
-    }
-}
-
-/// The queue: a busy message's ChangeMessageVisibility, remembered by
-/// receipt handle so that the simulation delivers it again then.
-#[derive(Debug, Default)]
-pub struct SimQueue {
-    /// ChangeMessageVisibility calls, by receipt handle: the delay asked.
-    pub delays: Arc<Mutex<HashMap<String, i32>>>,
-}
-
-#[async_trait::async_trait]
-impl QueueClient for SimQueue {
-    async fn change_visibility(
-        &self,
-        _queue_url: &str,
-        receipt_handle: &str,
-        seconds: i32,
-    ) -> Result<(), DelayError> {
-        self.delays
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(receipt_handle.to_string(), seconds);
-        Ok(())
     }
 }

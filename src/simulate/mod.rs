@@ -25,11 +25,11 @@ use crate::config::Config;
 use crate::handler::{handle_batch, App, Invocation};
 use crate::lease::Clock;
 use crate::ledger::Ledger;
-use crate::queue::Queue;
+use crate::queue::{Queue, RecordingQueue};
 use crate::step::{InputUse, JobOutputs, Step, StepContext, StepError};
 use crate::steps::StepRegistry;
 use crate::store::ObjectStore;
-use clients::{SimObjects, SimQueue, SimTable, TableUse};
+use clients::{SimObjects, SimTable, TableUse};
 pub use traffic::{Delivery, Traffic};
 
 /// The simulation's knobs; defaults are the reference design's month.
@@ -198,11 +198,11 @@ enum ById {
 pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
     let table = SimTable::new();
     let objects = SimObjects::new();
-    let queue = SimQueue::default();
-    let (table_use, s3_requests, delays, uploaded) = (
+    // A busy message's ChangeMessageVisibility, read back by receipt handle.
+    let queue = Arc::new(RecordingQueue::default());
+    let (table_use, s3_requests, uploaded) = (
         table.usage.clone(),
         objects.requests.clone(),
-        queue.delays.clone(),
         objects.inner.clone(),
     );
     let clock = VirtualClock::default();
@@ -234,7 +234,7 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
             config,
             Ledger::new(table),
             ObjectStore::new(objects),
-            Queue::new(queue),
+            Queue::new(queue.clone()),
         )
         .with_clock(clock.clone())
         .with_seed(options.seed),
@@ -371,10 +371,8 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
                     }
                     continue;
                 }
-                let delay_ms = delays
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(message.receipt_handle.as_deref().unwrap_or_default())
+                let delay_ms = queue
+                    .delay_of(message.receipt_handle.as_deref().unwrap_or_default())
                     .filter(|_| !crashed)
                     .map_or(VISIBILITY_MS, |seconds| seconds.max(0) as u64 * 1_000);
                 let mut back = delivery.clone();
