@@ -135,6 +135,14 @@ fn metrics_namespace(text: Option<String>) -> Result<String, ConfigError> {
 }
 
 impl Config {
+    /// The recipes that apply to an object at `key`, in configured order.
+    pub fn recipes_for(&self, key: &str) -> Vec<&RecipeRule> {
+        self.recipes
+            .iter()
+            .filter(|rule| rule.key_match.matches(key))
+            .collect()
+    }
+
     /// Reads the process environment.
     pub fn from_env(steps: &StepRegistry) -> Result<Self, ConfigError> {
         Self::from_lookup(|name| std::env::var(name).ok(), steps)

@@ -40,12 +40,7 @@ impl App {
             .await
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("{object} does not exist"))?;
-        let rules: Vec<&RecipeRule> = self
-            .config
-            .recipes
-            .iter()
-            .filter(|r| r.key_match.matches(&object.key))
-            .collect();
+        let rules: Vec<&RecipeRule> = self.config.recipes_for(&object.key);
         if rules.is_empty() {
             return Ok(Vec::new());
         }

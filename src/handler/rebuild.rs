@@ -113,12 +113,7 @@ impl App {
     /// One version's references. `None` when it matches no recipe or no
     /// longer exists.
     async fn rebuild_version(&self, version: &VersionName, dry_run: bool) -> Option<RebuiltVersion> {
-        let rules: Vec<&RecipeRule> = self
-            .config
-            .recipes
-            .iter()
-            .filter(|r| r.key_match.matches(&version.key))
-            .collect();
+        let rules: Vec<&RecipeRule> = self.config.recipes_for(&version.key);
         if rules.is_empty() {
             return None;
         }

@@ -130,12 +130,7 @@ async fn process_record(
         );
         return (Vec::new(), None);
     }
-    let rules: Vec<&RecipeRule> = app
-        .config
-        .recipes
-        .iter()
-        .filter(|r| r.key_match.matches(key))
-        .collect();
+    let rules: Vec<&RecipeRule> = app.config.recipes_for(key);
     if rules.is_empty() {
         tracing::info!(
             message_id,
