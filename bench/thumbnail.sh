@@ -2,9 +2,11 @@
 # Thumbnails of a 12-megapixel JPEG to 320 px and 1280 px wide: mediaonce's
 # thumbnail code (examples/thumbnail.rs, release build) against libvips'
 # vipsthumbnail and ImageMagick's convert -thumbnail, on the same file in the
-# same run. Wall time is the median of RUNS runs; peak memory is the largest
-# maximum resident set size seen. Ratios are mediaonce / other: below 1 is
-# mediaonce faster or smaller.
+# same run, as JPEG and as WebP at quality 82. Wall time is the median of
+# RUNS runs; peak memory is the largest maximum resident set size seen;
+# bytes and SSIM (against a lossless Lanczos reference) say what the output
+# costs to serve and how close it is. Ratios are mediaonce / other: below 1
+# is mediaonce faster or smaller.
 #
 #   bench/thumbnail.sh            RUNS=7 by default
 #
@@ -47,17 +49,35 @@ measure() {
   printf '%s %s\n' "$(printf '%s\n' "${times[@]}" | sort -n | sed -n "$(( (runs + 1) / 2 ))p")" "$peak"
 }
 
-printf '\n%-6s %-14s %10s %12s\n' width tool "median s" "peak MiB"
+# Quality: each output is compared with a reference downscale of the same
+# source (ImageMagick's Lanczos filter, kept lossless as PNG) by SSIM on
+# luma (examples/ssim.rs), after decoding it with libvips (libjpeg-turbo and
+# libwebp: what a browser would show).
+cargo build --release --example ssim >&2
+ssim() { # REFERENCE OUTPUT
+  vips copy "$2" "$2.png" && target/release/examples/ssim "$1" "$2.png"
+}
+
+printf '\n%-6s %-5s %-14s %10s %12s %9s %8s\n' width fmt tool "median s" "peak MiB" bytes SSIM
 for width in 320 1280; do
-  read -r t_ours m_ours < <(measure "$ours" "$input" "$width" "$work/ours-$width.jpg" jpeg 82)
-  read -r t_vips m_vips < <(measure vipsthumbnail "$input" -s "${width}x" -o "$PWD/$work/vips-$width.jpg[Q=82]")
-  read -r t_im m_im < <(measure /usr/bin/convert "$input" -thumbnail "${width}x" -quality 82 "$work/im-$width.jpg")
-  for row in "mediaonce $t_ours $m_ours" "vipsthumbnail $t_vips $m_vips" "imagemagick $t_im $m_im"; do
-    set -- $row
-    printf '%-6s %-14s %10s %12.1f\n' "$width" "$1" "$2" "$(echo "$3 / 1024" | bc -l)"
+  reference=$work/reference-$width.png
+  /usr/bin/convert "$input" -filter Lanczos -resize "${width}x" "$reference"
+  for fmt in jpeg webp; do
+    ext=${fmt/jpeg/jpg}
+    read -r t_ours m_ours < <(measure "$ours" "$input" "$width" "$work/ours-$width.$ext" "$fmt" 82)
+    read -r t_vips m_vips < <(measure vipsthumbnail "$input" -s "${width}x" -o "$PWD/$work/vips-$width.$ext[Q=82,strip]")
+    read -r t_im m_im < <(measure /usr/bin/convert "$input" -thumbnail "${width}x" -quality 82 "$work/im-$width.$ext")
+    for row in "mediaonce ours $t_ours $m_ours" "vipsthumbnail vips $t_vips $m_vips" "imagemagick im $t_im $m_im"; do
+      set -- $row
+      out=$work/$2-$width.$ext
+      printf '%-6s %-5s %-14s %10s %12.1f %9d %8s\n' "$width" "$fmt" "$1" "$3" "$(echo "$4 / 1024" | bc -l)" \
+        "$(stat -c %s "$out")" "$(ssim "$reference" "$out")"
+    done
+    b_ours=$(stat -c %s "$work/ours-$width.$ext"); b_vips=$(stat -c %s "$work/vips-$width.$ext")
+    printf '%-6s %-5s time  mediaonce/vips %.2f  mediaonce/imagemagick %.2f\n' "$width" "$fmt" \
+      "$(echo "$t_ours / $t_vips" | bc -l)" "$(echo "$t_ours / $t_im" | bc -l)"
+    printf '%-6s %-5s peak  mediaonce/vips %.2f  mediaonce/imagemagick %.2f\n' "$width" "$fmt" \
+      "$(echo "$m_ours / $m_vips" | bc -l)" "$(echo "$m_ours / $m_im" | bc -l)"
+    printf '%-6s %-5s bytes mediaonce/vips %.2f\n' "$width" "$fmt" "$(echo "$b_ours / $b_vips" | bc -l)"
   done
-  printf '%-6s time  mediaonce/vips %.2f  mediaonce/imagemagick %.2f\n' "$width" \
-    "$(echo "$t_ours / $t_vips" | bc -l)" "$(echo "$t_ours / $t_im" | bc -l)"
-  printf '%-6s peak  mediaonce/vips %.2f  mediaonce/imagemagick %.2f\n' "$width" \
-    "$(echo "$m_ours / $m_vips" | bc -l)" "$(echo "$m_ours / $m_im" | bc -l)"
 done

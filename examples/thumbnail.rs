@@ -34,7 +34,7 @@ fn main() -> ExitCode {
         })
         .and_then(|(image, plans)| {
             let resized = render(&image, &plans[0], params.format).map_err(|e| e.to_string())?;
-            encode(&resized, params.format, params.quality).map_err(|e| e.to_string())
+            encode(&resized, params.encoding()).map_err(|e| e.to_string())
         })
         .and_then(|bytes| {
             std::fs::write(output, bytes).map_err(|e| format!("cannot write {output}: {e}"))

@@ -28,7 +28,7 @@ const PACKET: usize = 188;
 /// Reads a transport stream; panics with the reason on a malformed one.
 pub fn read_segment(bytes: &[u8]) -> Segment {
     assert!(
-        !bytes.is_empty() && bytes.len() % PACKET == 0,
+        !bytes.is_empty() && bytes.len().is_multiple_of(PACKET),
         "{} bytes is not a whole number of 188-byte packets",
         bytes.len()
     );
