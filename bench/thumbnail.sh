@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Thumbnails of a 12-megapixel JPEG to 320 px and 1280 px wide: mediaonce's
+# Thumbnails of two 12-megapixel JPEGs (a grainy "photo" and a "smooth"
+# one) to 320 px and 1280 px wide: mediaonce's
 # thumbnail code (examples/thumbnail.rs, release build) against libvips'
 # vipsthumbnail and ImageMagick's convert -thumbnail, on the same file in the
 # same run, as JPEG and as WebP at quality 82. Wall time is the median of
@@ -8,14 +9,14 @@
 # costs to serve and how close it is. Ratios are mediaonce / other: below 1
 # is mediaonce faster or smaller.
 #
-#   bench/thumbnail.sh            RUNS=7 by default
+#   bench/thumbnail.sh            RUNS=9 by default
 #
 # Installs libvips-tools, imagemagick and GNU time from Debian when missing
 # (ImageMagick is run as /usr/bin/convert: some machines put another convert
 # earlier on PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=${RUNS:-7}
+runs=${RUNS:-9}
 work=${BENCH_DIR:-target/bench-thumbnail}
 mkdir -p "$work"
 
@@ -30,12 +31,19 @@ fi
 cargo build --release --example thumbnail >&2
 ours=target/release/examples/thumbnail
 
-# A 12-megapixel photo-like JPEG, the same every run.
-input=$work/input-12mp.jpg
-if [ ! -f "$input" ]; then
-  /usr/bin/convert -size 4000x3000 -seed 42 plasma:fractal -blur 0x1 -quality 90 "$input"
+# Two 12-megapixel JPEGs, the same every run: "photo", with grain and
+# detail like a camera's (~10 MB), and "smooth", the same scene without the
+# grain (~2.3 MB).
+smooth=$work/input-12mp.jpg
+photo=$work/photo-12mp.jpg
+if [ ! -f "$smooth" ]; then
+  /usr/bin/convert -size 4000x3000 -seed 42 plasma:fractal -blur 0x1 -quality 90 "$smooth"
 fi
-echo "input: $input ($(/usr/bin/identify -format '%wx%h' "$input"), $(stat -c %s "$input") bytes); $runs runs each"
+if [ ! -f "$photo" ]; then
+  /usr/bin/convert -size 4000x3000 -seed 42 plasma:fractal -blur 0x1 \
+    -seed 7 -attenuate 0.7 +noise Gaussian -quality 92 "$photo"
+fi
+echo "$runs runs each; $(nproc) cores, $(uname -m)"
 
 # measure NAME COMMAND...: prints "median_seconds peak_kib".
 measure() {
@@ -58,26 +66,31 @@ ssim() { # REFERENCE OUTPUT
   vips copy "$2" "$2.png" && target/release/examples/ssim "$1" "$2.png"
 }
 
-printf '\n%-6s %-5s %-14s %10s %12s %9s %8s\n' width fmt tool "median s" "peak MiB" bytes SSIM
-for width in 320 1280; do
-  reference=$work/reference-$width.png
-  /usr/bin/convert "$input" -filter Lanczos -resize "${width}x" "$reference"
-  for fmt in jpeg webp; do
-    ext=${fmt/jpeg/jpg}
-    read -r t_ours m_ours < <(measure "$ours" "$input" "$width" "$work/ours-$width.$ext" "$fmt" 82)
-    read -r t_vips m_vips < <(measure vipsthumbnail "$input" -s "${width}x" -o "$PWD/$work/vips-$width.$ext[Q=82,strip]")
-    read -r t_im m_im < <(measure /usr/bin/convert "$input" -thumbnail "${width}x" -quality 82 "$work/im-$width.$ext")
-    for row in "mediaonce ours $t_ours $m_ours" "vipsthumbnail vips $t_vips $m_vips" "imagemagick im $t_im $m_im"; do
-      set -- $row
-      out=$work/$2-$width.$ext
-      printf '%-6s %-5s %-14s %10s %12.1f %9d %8s\n' "$width" "$fmt" "$1" "$3" "$(echo "$4 / 1024" | bc -l)" \
-        "$(stat -c %s "$out")" "$(ssim "$reference" "$out")"
+for name in photo smooth; do
+  in=${!name}
+  echo
+  echo "input $name: $in ($(/usr/bin/identify -format '%wx%h' "$in"), $(stat -c %s "$in") bytes)"
+  printf '\n%-6s %-5s %-14s %10s %12s %9s %8s\n' width fmt tool "median s" "peak MiB" bytes SSIM
+  for width in 320 1280; do
+    reference=$work/reference-$name-$width.png
+    /usr/bin/convert "$in" -filter Lanczos -resize "${width}x" "$reference"
+    for fmt in jpeg webp; do
+      ext=${fmt/jpeg/jpg}
+      read -r t_ours m_ours < <(measure "$ours" "$in" "$width" "$work/ours-$name-$width.$ext" "$fmt" 82)
+      read -r t_vips m_vips < <(measure vipsthumbnail "$in" -s "${width}x" -o "$PWD/$work/vips-$name-$width.$ext[Q=82,strip]")
+      read -r t_im m_im < <(measure /usr/bin/convert "$in" -thumbnail "${width}x" -quality 82 "$work/im-$name-$width.$ext")
+      for row in "mediaonce ours $t_ours $m_ours" "vipsthumbnail vips $t_vips $m_vips" "imagemagick im $t_im $m_im"; do
+        set -- $row
+        out=$work/$2-$name-$width.$ext
+        printf '%-6s %-5s %-14s %10s %12.1f %9d %8s\n' "$width" "$fmt" "$1" "$3" "$(echo "$4 / 1024" | bc -l)" \
+          "$(stat -c %s "$out")" "$(ssim "$reference" "$out")"
+      done
+      b_ours=$(stat -c %s "$work/ours-$name-$width.$ext"); b_vips=$(stat -c %s "$work/vips-$name-$width.$ext")
+      printf '%-6s %-5s time  mediaonce/vips %.2f  mediaonce/imagemagick %.2f\n' "$width" "$fmt" \
+        "$(echo "$t_ours / $t_vips" | bc -l)" "$(echo "$t_ours / $t_im" | bc -l)"
+      printf '%-6s %-5s peak  mediaonce/vips %.2f  mediaonce/imagemagick %.2f\n' "$width" "$fmt" \
+        "$(echo "$m_ours / $m_vips" | bc -l)" "$(echo "$m_ours / $m_im" | bc -l)"
+      printf '%-6s %-5s bytes mediaonce/vips %.2f\n' "$width" "$fmt" "$(echo "$b_ours / $b_vips" | bc -l)"
     done
-    b_ours=$(stat -c %s "$work/ours-$width.$ext"); b_vips=$(stat -c %s "$work/vips-$width.$ext")
-    printf '%-6s %-5s time  mediaonce/vips %.2f  mediaonce/imagemagick %.2f\n' "$width" "$fmt" \
-      "$(echo "$t_ours / $t_vips" | bc -l)" "$(echo "$t_ours / $t_im" | bc -l)"
-    printf '%-6s %-5s peak  mediaonce/vips %.2f  mediaonce/imagemagick %.2f\n' "$width" "$fmt" \
-      "$(echo "$m_ours / $m_vips" | bc -l)" "$(echo "$m_ours / $m_im" | bc -l)"
-    printf '%-6s %-5s bytes mediaonce/vips %.2f\n' "$width" "$fmt" "$(echo "$b_ours / $b_vips" | bc -l)"
   done
 done

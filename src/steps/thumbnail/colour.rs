@@ -1,0 +1,258 @@
+//! Colour: an image tagged with an ICC profile (JPEG APP2, PNG iCCP, WebP
+//! ICCP, TIFF) is converted to sRGB before it is resized. Outputs carry no
+//! profile, and a browser shows an untagged image as sRGB, so without this
+//! an iPhone photo in Display P3 would come out desaturated.
+//!
+//! moxcms does the transform: pure Rust (it cross-compiles for arm64 Lambda
+//! with nothing else to build), already under `image`, and it reads the
+//! matrix/shaper and LUT profiles cameras and phones write. lcms2, the C
+//! reference, would bring a C library to build for both architectures for
+//! no gain on these profiles.
+//!
+//! Relative colorimetric intent (moxcms' default): colours inside sRGB
+//! keep their appearance, colours outside (a P3 red) are clipped to the
+//! nearest sRGB value, as browsers do for matrix/shaper profiles.
+
+use image::{DynamicImage, ImageBuffer, LumaA, Rgb, Rgba};
+use moxcms::{ColorProfile, DataColorSpace, Layout, TransformOptions};
+
+/// What happened to an image's profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conversion {
+    /// No profile: the pixels are taken as sRGB.
+    Untagged,
+    /// Converted from the profile to sRGB.
+    Converted,
+    /// A profile that cannot be applied (unreadable, or for other
+    /// channels than the image has): the pixels are taken as sRGB, as
+    /// browsers do with a broken profile. Says why, for the job's log.
+    Ignored(String),
+}
+
+/// `image` in sRGB, from the profile `icc` it was tagged with (if any).
+/// Never fails: a profile that cannot be applied is ignored and said so.
+pub fn to_srgb(image: DynamicImage, icc: Option<&[u8]>) -> (DynamicImage, Conversion) {
+    let Some(icc) = icc else {
+        return (image, Conversion::Untagged);
+    };
+    let profile = match ColorProfile::new_from_slice(icc) {
+        Ok(profile) => profile,
+        Err(e) => {
+            return (
+                image,
+                Conversion::Ignored(format!("unreadable ICC profile: {e}")),
+            )
+        }
+    };
+    match convert(&image, &profile) {
+        Ok(converted) => (converted, Conversion::Converted),
+        Err(why) => (image, Conversion::Ignored(why)),
+    }
+}
+
+fn convert(image: &DynamicImage, profile: &ColorProfile) -> Result<DynamicImage, String> {
+    let srgb = ColorProfile::new_srgb();
+    let options = TransformOptions::default();
+    let space = profile.color_space;
+    let wrong = || format!("a {space:?} ICC profile on a {:?} image", image.color());
+    let (w, h) = (image.width(), image.height());
+    let failed = |e: moxcms::CmsError| format!("colour transform failed: {e}");
+    match space {
+        DataColorSpace::Rgb => {}
+        DataColorSpace::Gray => {
+            // Grey with its own tone curve: to sRGB's curve, as RGB.
+            let grey = match image {
+                DynamicImage::ImageLuma8(_) | DynamicImage::ImageLumaA8(_) => image.to_luma8(),
+                _ => return Err(wrong()),
+            };
+            let transform = profile
+                .create_transform_8bit(Layout::Gray, &srgb, Layout::Rgb, options)
+                .map_err(failed)?;
+            let mut out = vec![0u8; grey.len() * 3];
+            transform
+                .transform(grey.as_raw(), &mut out)
+                .map_err(failed)?;
+            let rgb = ImageBuffer::<Rgb<u8>, _>::from_raw(w, h, out).ok_or_else(wrong)?;
+            return Ok(if image.color().has_alpha() {
+                with_alpha(rgb, &image.to_luma_alpha8())
+            } else {
+                DynamicImage::ImageRgb8(rgb)
+            });
+        }
+        // The decoders turn CMYK into RGB themselves (naively, as
+        // ImageMagick does without a profile); its CMYK profile no longer
+        // fits the pixels.
+        DataColorSpace::Cmyk => {
+            return Err("a CMYK ICC profile: the CMYK was converted without it".into())
+        }
+        _ => return Err(wrong()),
+    }
+    Ok(match image {
+        DynamicImage::ImageRgb8(rgb) => {
+            let transform = profile
+                .create_transform_8bit(Layout::Rgb, &srgb, Layout::Rgb, options)
+                .map_err(failed)?;
+            let mut out = vec![0u8; rgb.len()];
+            transform
+                .transform(rgb.as_raw(), &mut out)
+                .map_err(failed)?;
+            DynamicImage::ImageRgb8(ImageBuffer::from_raw(w, h, out).ok_or_else(wrong)?)
+        }
+        DynamicImage::ImageRgba8(rgba) => {
+            let transform = profile
+                .create_transform_8bit(Layout::Rgba, &srgb, Layout::Rgba, options)
+                .map_err(failed)?;
+            let mut out = vec![0u8; rgba.len()];
+            transform
+                .transform(rgba.as_raw(), &mut out)
+                .map_err(failed)?;
+            DynamicImage::ImageRgba8(ImageBuffer::from_raw(w, h, out).ok_or_else(wrong)?)
+        }
+        // 16-bit (and float) RGB: transformed at 16 bits, so a smooth
+        // gradient is not quantised before it is resized.
+        DynamicImage::ImageRgb16(_) | DynamicImage::ImageRgb32F(_) => {
+            let rgb = image.to_rgb16();
+            let transform = profile
+                .create_transform_16bit(Layout::Rgb, &srgb, Layout::Rgb, options)
+                .map_err(failed)?;
+            let mut out = vec![0u16; rgb.len()];
+            transform
+                .transform(rgb.as_raw(), &mut out)
+                .map_err(failed)?;
+            DynamicImage::ImageRgb16(ImageBuffer::from_raw(w, h, out).ok_or_else(wrong)?)
+        }
+        DynamicImage::ImageRgba16(_) | DynamicImage::ImageRgba32F(_) => {
+            let rgba = image.to_rgba16();
+            let transform = profile
+                .create_transform_16bit(Layout::Rgba, &srgb, Layout::Rgba, options)
+                .map_err(failed)?;
+            let mut out = vec![0u16; rgba.len()];
+            transform
+                .transform(rgba.as_raw(), &mut out)
+                .map_err(failed)?;
+            DynamicImage::ImageRgba16(ImageBuffer::from_raw(w, h, out).ok_or_else(wrong)?)
+        }
+        _ => return Err(wrong()),
+    })
+}
+
+/// RGB pixels with the alpha of a grey-and-alpha image of the same size.
+fn with_alpha(
+    rgb: ImageBuffer<Rgb<u8>, Vec<u8>>,
+    alpha: &ImageBuffer<LumaA<u8>, Vec<u8>>,
+) -> DynamicImage {
+    let rgba = ImageBuffer::<Rgba<u8>, _>::from_fn(rgb.width(), rgb.height(), |x, y| {
+        let Rgb([r, g, b]) = *rgb.get_pixel(x, y);
+        let LumaA([_, a]) = *alpha.get_pixel(x, y);
+        Rgba([r, g, b, a])
+    });
+    DynamicImage::ImageRgba8(rgba)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use image::Luma;
+
+    /// sRGB's transfer function, both ways.
+    fn to_linear(v: f64) -> f64 {
+        if v <= 0.04045 {
+            v / 12.92
+        } else {
+            ((v + 0.055) / 1.055).powf(2.4)
+        }
+    }
+    fn from_linear(v: f64) -> f64 {
+        let v = v.clamp(0.0, 1.0);
+        if v <= 0.0031308 {
+            v * 12.92
+        } else {
+            1.055 * v.powf(1.0 / 2.4) - 0.055
+        }
+    }
+
+    /// Display P3 to sRGB by the primaries' matrices (both D65; P3 uses
+    /// sRGB's curve): the reference the transform is checked against,
+    /// computed without moxcms. Out-of-gamut values clip.
+    fn p3_to_srgb(p3: [u8; 3]) -> [f64; 3] {
+        const M: [[f64; 3]; 3] = [
+            [1.224_940, -0.224_940, 0.0],
+            [-0.042_057, 1.042_057, 0.0],
+            [-0.019_638, -0.078_636, 1.098_274],
+        ];
+        let lin = p3.map(|c| to_linear(c as f64 / 255.0));
+        [0, 1, 2].map(|row| {
+            let l: f64 = (0..3).map(|i| M[row][i] * lin[i]).sum();
+            from_linear(l) * 255.0
+        })
+    }
+
+    fn p3_image(pixels: &[[u8; 3]]) -> DynamicImage {
+        let mut image = image::RgbImage::new(pixels.len() as u32, 1);
+        for (x, p) in pixels.iter().enumerate() {
+            image.put_pixel(x as u32, 0, Rgb(*p));
+        }
+        DynamicImage::ImageRgb8(image)
+    }
+
+    #[test]
+    fn display_p3_becomes_the_srgb_a_colour_managed_converter_gives() {
+        let icc = ColorProfile::new_display_p3().encode().unwrap();
+        // P3's red (outside sRGB), a skin tone and a deep blue (inside).
+        let pixels = [[255, 0, 0], [200, 120, 60], [40, 60, 160]];
+        let (out, conversion) = to_srgb(p3_image(&pixels), Some(&icc));
+        assert_eq!(conversion, Conversion::Converted);
+        let out = out.to_rgb8();
+        for (x, p3) in pixels.iter().enumerate() {
+            let got = out.get_pixel(x as u32, 0).0;
+            let want = p3_to_srgb(*p3);
+            for c in 0..3 {
+                assert!(
+                    (got[c] as f64 - want[c]).abs() <= 2.0,
+                    "P3 {p3:?}: got {got:?}, want {want:?}"
+                );
+            }
+        }
+        // Not what ignoring the profile would give.
+        assert_ne!(out.get_pixel(1, 0).0, [200, 120, 60]);
+    }
+
+    #[test]
+    fn untagged_stays_and_a_broken_or_mismatched_profile_is_ignored() {
+        let image = p3_image(&[[10, 20, 30]]);
+        assert_eq!(to_srgb(image.clone(), None).1, Conversion::Untagged);
+        let (same, why) = to_srgb(image.clone(), Some(b"not a profile"));
+        assert!(
+            matches!(why, Conversion::Ignored(ref w) if w.contains("unreadable")),
+            "{why:?}"
+        );
+        assert_eq!(same, image);
+        let grey = DynamicImage::ImageLuma8(image::GrayImage::from_pixel(1, 1, Luma([9])));
+        let icc = ColorProfile::new_display_p3().encode().unwrap();
+        let (_, why) = to_srgb(grey, Some(&icc));
+        assert!(
+            matches!(why, Conversion::Ignored(ref w) if w.contains("Rgb")),
+            "{why:?}"
+        );
+    }
+
+    #[test]
+    fn sixteen_bit_images_are_transformed_at_sixteen_bits() {
+        // A gradient finer than 8 bits: 256 steps of 1/65535 each.
+        let icc = ColorProfile::new_display_p3().encode().unwrap();
+        let gradient = image::ImageBuffer::<Rgb<u16>, _>::from_fn(256, 1, |x, _| {
+            let v = 30_000 + x as u16;
+            Rgb([v, v, v])
+        });
+        let (out, conversion) = to_srgb(DynamicImage::ImageRgb16(gradient), Some(&icc));
+        assert_eq!(conversion, Conversion::Converted);
+        let DynamicImage::ImageRgb16(out) = out else {
+            panic!("stays 16-bit")
+        };
+        // Grey stays grey (both spaces share D65 and the curve), and the
+        // 256 input levels keep more than the one or two an 8-bit pass
+        // would leave.
+        let levels: std::collections::BTreeSet<u16> = out.pixels().map(|p| p.0[1]).collect();
+        assert!(levels.len() > 64, "{} distinct levels", levels.len());
+    }
+}

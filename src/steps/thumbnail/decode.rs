@@ -1,0 +1,191 @@
+//! Decoding: the declared size checked before a pixel is decoded, EXIF
+//! orientation, shrink-on-load for JPEG, and colour to sRGB.
+
+use std::io::Cursor;
+
+use image::metadata::Orientation;
+use image::{DynamicImage, ImageDecoder, ImageReader};
+
+use super::{colour, plan, Plan, ThumbnailParams};
+use crate::step::StepError;
+
+/// Decodes an image, refusing one whose declared size is over `max_pixels`
+/// before decoding it, and turns it upright by its EXIF orientation.
+pub fn decode(bytes: &[u8], max_pixels: u64) -> Result<DynamicImage, StepError> {
+    let undecodable =
+        |e: image::ImageError| StepError::Unprocessable(format!("undecodable image: {e}"));
+    let reader = ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| StepError::Unprocessable(format!("undecodable image: {e}")))?;
+    if !readable(reader.format()) {
+        return Err(unknown_format(bytes, reader.format()));
+    }
+    let mut decoder = reader.into_decoder().map_err(undecodable)?;
+    let (width, height) = decoder.dimensions();
+    check_pixels(width, height, max_pixels)?;
+    let orientation = decoder.orientation().map_err(undecodable)?;
+    let icc = decoder.icc_profile().map_err(undecodable)?;
+    let image = DynamicImage::from_decoder(decoder).map_err(undecodable)?;
+    let mut image = in_srgb(image, icc.as_deref());
+    image.apply_orientation(orientation);
+    Ok(image)
+}
+
+/// Whether this build decodes the format `image` guessed.
+fn readable(format: Option<image::ImageFormat>) -> bool {
+    use image::ImageFormat::*;
+    matches!(format, Some(Jpeg | Png | WebP | Gif | Tiff))
+}
+
+/// The error for bytes no decoder here reads, naming the format when it is
+/// one phones write (HEIC, AVIF: ISO BMFF with an `ftyp` brand), so the job
+/// log says what the upload was rather than only what it was not.
+fn unknown_format(bytes: &[u8], guessed: Option<image::ImageFormat>) -> StepError {
+    let brand = (bytes.len() >= 12 && &bytes[4..8] == b"ftyp").then(|| &bytes[8..12]);
+    let named = match brand {
+        Some(b"heic" | b"heix" | b"heim" | b"heis" | b"hevc" | b"hevx" | b"mif1" | b"msf1") => {
+            Some("HEIC/HEIF")
+        }
+        Some(b"avif" | b"avis") => Some("AVIF"),
+        _ => guessed.map(|format| format.extensions_str()[0]),
+    };
+    StepError::Unprocessable(match named {
+        Some(format) => format!(
+            "unsupported image format: {format} (this build decodes JPEG, PNG, WebP, GIF and TIFF)"
+        ),
+        None => "undecodable image: not JPEG, PNG, WebP, GIF or TIFF".into(),
+    })
+}
+
+/// The image converted to sRGB from its profile; a profile that cannot be
+/// applied is logged and ignored (see `colour`).
+fn in_srgb(image: DynamicImage, icc: Option<&[u8]>) -> DynamicImage {
+    let (image, conversion) = colour::to_srgb(image, icc);
+    if let colour::Conversion::Ignored(why) = conversion {
+        tracing::warn!(problem = %why, "the image's colour profile was ignored; taken as sRGB");
+    }
+    image
+}
+
+/// Whether an orientation turns the image a quarter (width and height swap).
+fn swaps_axes(orientation: Orientation) -> bool {
+    matches!(
+        orientation,
+        Orientation::Rotate90
+            | Orientation::Rotate270
+            | Orientation::Rotate90FlipH
+            | Orientation::Rotate270FlipH
+    )
+}
+
+/// Decodes an image for the outputs `params` asks for, and returns it with
+/// their plans (crops in the decoded image's pixels). A JPEG whose outputs
+/// are at most half its size is decoded at 1/2, 1/4 or 1/8 scale through its
+/// DCT (libvips' shrink-on-load): less work, less memory. Anything else, or
+/// a JPEG that cannot be scaled (CMYK, 16-bit), is decoded in full.
+pub fn decode_for(
+    bytes: &[u8],
+    max_pixels: u64,
+    params: &ThumbnailParams,
+) -> Result<(DynamicImage, Vec<Plan>), StepError> {
+    let undecodable =
+        |e: image::ImageError| StepError::Unprocessable(format!("undecodable image: {e}"));
+    let reader = ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| StepError::Unprocessable(format!("undecodable image: {e}")))?;
+    let format = reader.format();
+    if !readable(format) {
+        return Err(unknown_format(bytes, format));
+    }
+    let mut header = reader.into_decoder().map_err(undecodable)?;
+    let (stored_w, stored_h) = header.dimensions();
+    check_pixels(stored_w, stored_h, max_pixels)?;
+    let orientation = header.orientation().map_err(undecodable)?;
+    drop(header);
+    let (w, h) = if swaps_axes(orientation) {
+        (stored_h, stored_w)
+    } else {
+        (stored_w, stored_h)
+    };
+    let plans = plan(w, h, params);
+    if format == Some(image::ImageFormat::Jpeg) {
+        // The smallest decoded size that still gives every output its pixels.
+        let need =
+            |out: u32, crop: f64, whole: u32| ((out as f64) * whole as f64 / crop).ceil() as u32;
+        let need_w = plans
+            .iter()
+            .map(|p| need(p.width, p.crop.2, w))
+            .max()
+            .unwrap_or(w);
+        let need_h = plans
+            .iter()
+            .map(|p| need(p.height, p.crop.3, h))
+            .max()
+            .unwrap_or(h);
+        let (need_w, need_h) = if swaps_axes(orientation) {
+            (need_h, need_w)
+        } else {
+            (need_w, need_h)
+        };
+        if need_w.saturating_mul(2) <= stored_w && need_h.saturating_mul(2) <= stored_h {
+            if let Some(mut image) = decode_jpeg_scaled(bytes, need_w, need_h)? {
+                image.apply_orientation(orientation);
+                let factor = image.width() as f64 / w as f64;
+                let plans = plans
+                    .into_iter()
+                    .map(|p| {
+                        let (x, y, cw, ch) = p.crop;
+                        Plan {
+                            crop: (x * factor, y * factor, cw * factor, ch * factor),
+                            ..p
+                        }
+                    })
+                    .collect();
+                return Ok((image, plans));
+            }
+        }
+    }
+    Ok((decode(bytes, max_pixels)?, plans))
+}
+
+/// A JPEG decoded through its DCT at the smallest scale (1/8, 1/4, 1/2)
+/// that is at least `need_w` × `need_h`; `None` when it cannot be.
+fn decode_jpeg_scaled(
+    bytes: &[u8],
+    need_w: u32,
+    need_h: u32,
+) -> Result<Option<DynamicImage>, StepError> {
+    let failed =
+        |e: jpeg_decoder::Error| StepError::Unprocessable(format!("undecodable image: {e}"));
+    let mut decoder = jpeg_decoder::Decoder::new(Cursor::new(bytes));
+    let clamp = |n: u32| n.clamp(1, u16::MAX as u32) as u16;
+    let (w, h) = decoder
+        .scale(clamp(need_w), clamp(need_h))
+        .map_err(failed)?;
+    let (w, h) = (w as u32, h as u32);
+    if w < need_w || h < need_h {
+        return Ok(None);
+    }
+    let pixels = decoder.decode().map_err(failed)?;
+    let format = decoder.info().map(|info| info.pixel_format);
+    let image = match format {
+        Some(jpeg_decoder::PixelFormat::RGB24) => {
+            image::RgbImage::from_raw(w, h, pixels).map(DynamicImage::ImageRgb8)
+        }
+        Some(jpeg_decoder::PixelFormat::L8) => {
+            image::GrayImage::from_raw(w, h, pixels).map(DynamicImage::ImageLuma8)
+        }
+        _ => None,
+    };
+    Ok(image.map(|image| in_srgb(image, decoder.icc_profile().as_deref())))
+}
+
+fn check_pixels(width: u32, height: u32, max_pixels: u64) -> Result<(), StepError> {
+    let pixels = width as u64 * height as u64;
+    if pixels > max_pixels {
+        return Err(StepError::Unprocessable(format!(
+            "image declares {width}x{height} = {pixels} pixels, over MEDIAONCE_MAX_PIXELS = {max_pixels}: refused before decoding"
+        )));
+    }
+    Ok(())
+}
