@@ -431,7 +431,8 @@ async fn lifecycle(versioned: bool) {
         prefixes.insert(job.to_string());
     }
     println!(
-        "lifecycle: {} versions created, {} exist, {} contents in use; {} events, {} deliveries in {} batches; crashes {:?}; job outcomes {:?}; {} collected by the final sweep; {} job rows, {} version rows; {} step runs",
+        "lifecycle ({}, seed {seed}): {} versions created, {} exist, {} contents in use; {} events, {} deliveries in {} batches; crashes {:?}; job outcomes {:?}; {} collected by the final sweep; {} job rows, {} version rows; {} step runs",
+        if versioned { "versioned" } else { "unversioned" },
         soak.versions.len(),
         soak.versions.iter().filter(|v| v.exists).count(),
         expected.len(),
