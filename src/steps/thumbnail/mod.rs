@@ -22,7 +22,7 @@
 //! so a reader knows the paths from the recipe alone.
 
 use fast_image_resize::images::{TypedImage, TypedImageRef};
-use fast_image_resize::pixels::{U16x3, U16x4, U8x3, U8x4};
+use fast_image_resize::pixels::{U8x3, U8x4};
 use fast_image_resize::{FilterType, PixelTrait, ResizeAlg, ResizeOptions, Resizer};
 use image::DynamicImage;
 use serde_json::{Map, Value};
@@ -32,6 +32,7 @@ use crate::step::{InputUse, JobOutputs, Step, StepContext, StepError};
 mod colour;
 mod decode;
 mod encode;
+mod resize16;
 
 pub use decode::{decode, decode_for};
 pub use encode::{encode, Encoding};
@@ -351,11 +352,12 @@ pub fn render(
     let options = ResizeOptions::new()
         .resize_alg(ResizeAlg::Convolution(FilterType::Lanczos3))
         .crop(left, top, width, height);
-    // Typed to the four pixel formats resized (RGB and RGBA, 8 and 16
-    // bits): the resizer's code for every other pixel type stays out of
-    // the binary.
+    // 8-bit RGB and RGBA through fast_image_resize, typed so that its code
+    // for every other pixel type stays out of the binary; 16-bit through
+    // `resize16` (see there why).
     let failed = |e: String| StepError::Failed(format!("resizing failed: {e}"));
     let (w, h) = (image.width(), image.height());
+    let size = (plan.width, plan.height);
     Ok(match (format.has_alpha() && alpha, deep) {
         (true, false) => {
             let mut target = image::RgbaImage::new(plan.width, plan.height);
@@ -364,31 +366,17 @@ pub fn render(
             DynamicImage::ImageRgba8(target)
         }
         (true, true) => {
-            let mut target = image::ImageBuffer::new(plan.width, plan.height);
             let source = image.to_rgba16();
-            resize_typed::<U16x4>(
-                bytemuck::cast_slice(source.as_raw()),
-                w,
-                h,
-                bytemuck::cast_slice_mut(&mut target),
-                plan,
-                &options,
-            )
-            .map_err(failed)?;
+            let pixels = resize16::resize(source.as_raw(), (w, h), 4, plan.crop, size);
+            let target = image::ImageBuffer::from_raw(plan.width, plan.height, pixels)
+                .ok_or_else(|| failed("the 16-bit resize returned a wrong size".into()))?;
             DynamicImage::ImageRgba16(target)
         }
         (false, true) if !alpha => {
-            let mut target = image::ImageBuffer::new(plan.width, plan.height);
             let source = image.to_rgb16();
-            resize_typed::<U16x3>(
-                bytemuck::cast_slice(source.as_raw()),
-                w,
-                h,
-                bytemuck::cast_slice_mut(&mut target),
-                plan,
-                &options,
-            )
-            .map_err(failed)?;
+            let pixels = resize16::resize(source.as_raw(), (w, h), 3, plan.crop, size);
+            let target = image::ImageBuffer::from_raw(plan.width, plan.height, pixels)
+                .ok_or_else(|| failed("the 16-bit resize returned a wrong size".into()))?;
             DynamicImage::ImageRgb16(target)
         }
         (false, _) => {

@@ -422,7 +422,11 @@ fn a_sixteen_bit_gradient_is_resized_at_sixteen_bits() {
     let mut png = Vec::new();
     image::codecs::png::PngEncoder::new(&mut png)
         .write_image(
-            bytemuck::cast_slice(gradient.as_raw()),
+            &gradient
+                .as_raw()
+                .iter()
+                .flat_map(|v| v.to_ne_bytes())
+                .collect::<Vec<u8>>(),
             1024,
             4,
             image::ExtendedColorType::Rgb16,
