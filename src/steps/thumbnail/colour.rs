@@ -14,7 +14,7 @@
 //! nearest sRGB value, as browsers do for matrix/shaper profiles.
 
 use image::{DynamicImage, ImageBuffer, LumaA, Rgb, Rgba};
-use moxcms::{ColorProfile, DataColorSpace, Layout, TransformOptions};
+use moxcms::{ColorProfile, DataColorSpace, Layout, TransformExecutor, TransformOptions};
 
 /// What happened to an image's profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,10 +68,7 @@ fn convert(image: &DynamicImage, profile: &ColorProfile) -> Result<DynamicImage,
             let transform = profile
                 .create_transform_8bit(Layout::Gray, &srgb, Layout::Rgb, options)
                 .map_err(failed)?;
-            let mut out = vec![0u8; grey.len() * 3];
-            transform
-                .transform(grey.as_raw(), &mut out)
-                .map_err(failed)?;
+            let out = run(&*transform, grey.as_raw(), 3).map_err(failed)?;
             let rgb = ImageBuffer::<Rgb<u8>, _>::from_raw(w, h, out).ok_or_else(wrong)?;
             return Ok(if image.color().has_alpha() {
                 with_alpha(rgb, &image.to_luma_alpha8())
@@ -87,53 +84,55 @@ fn convert(image: &DynamicImage, profile: &ColorProfile) -> Result<DynamicImage,
         }
         _ => return Err(wrong()),
     }
-    Ok(match image {
-        DynamicImage::ImageRgb8(rgb) => {
-            let transform = profile
-                .create_transform_8bit(Layout::Rgb, &srgb, Layout::Rgb, options)
-                .map_err(failed)?;
-            let mut out = vec![0u8; rgb.len()];
-            transform
-                .transform(rgb.as_raw(), &mut out)
-                .map_err(failed)?;
-            DynamicImage::ImageRgb8(ImageBuffer::from_raw(w, h, out).ok_or_else(wrong)?)
-        }
-        DynamicImage::ImageRgba8(rgba) => {
-            let transform = profile
-                .create_transform_8bit(Layout::Rgba, &srgb, Layout::Rgba, options)
-                .map_err(failed)?;
-            let mut out = vec![0u8; rgba.len()];
-            transform
-                .transform(rgba.as_raw(), &mut out)
-                .map_err(failed)?;
-            DynamicImage::ImageRgba8(ImageBuffer::from_raw(w, h, out).ok_or_else(wrong)?)
-        }
-        // 16-bit (and float) RGB: transformed at 16 bits, so a smooth
-        // gradient is not quantised before it is resized.
-        DynamicImage::ImageRgb16(_) | DynamicImage::ImageRgb32F(_) => {
-            let rgb = image.to_rgb16();
-            let transform = profile
-                .create_transform_16bit(Layout::Rgb, &srgb, Layout::Rgb, options)
-                .map_err(failed)?;
-            let mut out = vec![0u16; rgb.len()];
-            transform
-                .transform(rgb.as_raw(), &mut out)
-                .map_err(failed)?;
-            DynamicImage::ImageRgb16(ImageBuffer::from_raw(w, h, out).ok_or_else(wrong)?)
-        }
-        DynamicImage::ImageRgba16(_) | DynamicImage::ImageRgba32F(_) => {
-            let rgba = image.to_rgba16();
-            let transform = profile
-                .create_transform_16bit(Layout::Rgba, &srgb, Layout::Rgba, options)
-                .map_err(failed)?;
-            let mut out = vec![0u16; rgba.len()];
-            transform
-                .transform(rgba.as_raw(), &mut out)
-                .map_err(failed)?;
-            DynamicImage::ImageRgba16(ImageBuffer::from_raw(w, h, out).ok_or_else(wrong)?)
-        }
+    // 8-bit RGB(A) at 8 bits; 16-bit (and float) at 16 bits, so a smooth
+    // gradient is not quantised before it is resized.
+    let (layout, deep) = match image {
+        DynamicImage::ImageRgb8(_) => (Layout::Rgb, false),
+        DynamicImage::ImageRgba8(_) => (Layout::Rgba, false),
+        DynamicImage::ImageRgb16(_) | DynamicImage::ImageRgb32F(_) => (Layout::Rgb, true),
+        DynamicImage::ImageRgba16(_) | DynamicImage::ImageRgba32F(_) => (Layout::Rgba, true),
         _ => return Err(wrong()),
-    })
+    };
+    let alpha = layout == Layout::Rgba;
+    if deep {
+        let transform = profile
+            .create_transform_16bit(layout, &srgb, layout, options)
+            .map_err(failed)?;
+        let source = if alpha {
+            image.to_rgba16().into_raw()
+        } else {
+            image.to_rgb16().into_raw()
+        };
+        let out = run(&*transform, &source, 1).map_err(failed)?;
+        return if alpha {
+            ImageBuffer::from_raw(w, h, out).map(DynamicImage::ImageRgba16)
+        } else {
+            ImageBuffer::from_raw(w, h, out).map(DynamicImage::ImageRgb16)
+        }
+        .ok_or_else(wrong);
+    }
+    let transform = profile
+        .create_transform_8bit(layout, &srgb, layout, options)
+        .map_err(failed)?;
+    let out = run(&*transform, image.as_bytes(), 1).map_err(failed)?;
+    if alpha {
+        ImageBuffer::from_raw(w, h, out).map(DynamicImage::ImageRgba8)
+    } else {
+        ImageBuffer::from_raw(w, h, out).map(DynamicImage::ImageRgb8)
+    }
+    .ok_or_else(wrong)
+}
+
+/// `source` through `transform`, into a new buffer `growth` times its
+/// length (3 for grey to RGB).
+fn run<T: Copy + Default>(
+    transform: &(dyn TransformExecutor<T> + Send + Sync),
+    source: &[T],
+    growth: usize,
+) -> Result<Vec<T>, moxcms::CmsError> {
+    let mut out = vec![T::default(); source.len() * growth];
+    transform.transform(source, &mut out)?;
+    Ok(out)
 }
 
 /// RGB pixels with the alpha of a grey-and-alpha image of the same size.

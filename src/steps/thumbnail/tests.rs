@@ -342,6 +342,13 @@ fn jpegs_are_subsampled_below_90_interleaved_and_carry_no_metadata() {
     assert_eq!((back.width(), back.height()), (40, 53), "upright");
 }
 
+/// Whether each channel of `got` is within `tolerance` of `want`'s.
+fn within(got: [u8; 3], want: [u8; 3], tolerance: u8) -> bool {
+    got.iter()
+        .zip(want)
+        .all(|(g, w)| g.abs_diff(w) <= tolerance)
+}
+
 #[test]
 fn a_display_p3_upload_comes_out_in_srgb_by_either_decoder() {
     // A flat P3 skin tone, (200, 120, 60): sRGB (213, 115, 42) by the
@@ -367,11 +374,7 @@ fn a_display_p3_upload_comes_out_in_srgb_by_either_decoder() {
         let (image, plans) = decode_for(&bytes, DEFAULT_MAX_PIXELS, &wanted).unwrap();
         let out = render(&image, &plans[0], Format::Png).unwrap().to_rgb8();
         let got = out.get_pixel(8, 6).0;
-        let want = [213i32, 115, 42];
-        assert!(
-            (0..3).all(|c| (got[c] as i32 - want[c]).abs() <= 3),
-            "{name}: got {got:?}, want {want:?}"
-        );
+        assert!(within(got, [213, 115, 42], 3), "{name}: got {got:?}");
     }
 }
 
@@ -391,23 +394,13 @@ fn cmyk_and_ycck_jpegs_come_out_as_imagemagick_converts_them() {
             .unwrap();
         let image = decode(&jpeg, DEFAULT_MAX_PIXELS).unwrap().to_rgb8();
         let got = image.get_pixel(16, 16).0;
-        assert!(
-            got.iter()
-                .zip([225u8, 84, 49])
-                .all(|(g, w)| g.abs_diff(w) <= 2),
-            "{name}: {got:?}"
-        );
+        assert!(within(got, [225, 84, 49], 2), "{name}: {got:?}");
         // Thumbnails of it take the same path (no DCT scaling of CMYK).
         let wanted = params(json!({"widths": [8]}));
         let (image, plans) = decode_for(&jpeg, DEFAULT_MAX_PIXELS, &wanted).unwrap();
         let out = render(&image, &plans[0], Format::Jpeg).unwrap().to_rgb8();
         let got = out.get_pixel(4, 4).0;
-        assert!(
-            got.iter()
-                .zip([225u8, 84, 49])
-                .all(|(g, w)| g.abs_diff(w) <= 3),
-            "{name} thumbnail: {got:?}"
-        );
+        assert!(within(got, [225, 84, 49], 3), "{name} thumbnail: {got:?}");
     }
 }
 
