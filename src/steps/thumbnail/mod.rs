@@ -14,7 +14,7 @@
 //!   `width` and `height` with `fit`: `contain` (inside the box) or `cover`
 //!   (fills the box, centre-cropped);
 //! - `format`: `jpeg` (default), `png` or `webp`; `quality`: 1 to 100 for
-//!   jpeg and webp (default 82);
+//!   jpeg and webp (default 82); `progressive`: jpeg only (default false);
 //! - `upscale`: false by default: an image smaller than the target keeps its
 //!   size.
 //!
@@ -128,16 +128,6 @@ pub struct ThumbnailParams {
     pub upscale: bool,
 }
 
-impl ThumbnailParams {
-    pub fn encoding(&self) -> Encoding {
-        Encoding {
-            format: self.format,
-            quality: self.quality,
-            progressive: self.progressive,
-        }
-    }
-}
-
 fn positive_u32(params: &Map<String, Value>, name: &str) -> Result<Option<u32>, String> {
     match params.get(name) {
         None => Ok(None),
@@ -150,6 +140,15 @@ fn positive_u32(params: &Map<String, Value>, name: &str) -> Result<Option<u32>, 
 }
 
 impl ThumbnailParams {
+    /// How the outputs are encoded.
+    pub fn encoding(&self) -> Encoding {
+        Encoding {
+            format: self.format,
+            quality: self.quality,
+            progressive: self.progressive,
+        }
+    }
+
     /// Reads and checks the params, naming the one that is wrong. Pure.
     pub fn parse(params: &Map<String, Value>) -> Result<Self, String> {
         if let Some(unknown) = params.keys().find(|k| {

@@ -453,6 +453,10 @@ fn params_are_checked_by_name() {
     assert!(err(json!({"widths": []})).contains("non-empty"));
     assert!(err(json!({"widths": [0]})).contains("1 to 65535"));
     assert!(err(json!({"widths": [320, 320]})).contains("not repeat"));
+    assert!(err(json!({"widths": [320], "progressive": 1})).contains("true or false"));
+    assert!(
+        err(json!({"widths": [320], "format": "png", "progressive": true})).contains("jpeg only")
+    );
     assert!(err(json!({"widths": [320], "width": 10, "height": 10})).contains("not both"));
     assert!(err(json!({"width": 10})).contains("give widths"));
     assert!(err(json!({"width": 10, "height": 10, "fit": "stretch"})).contains("fit must be"));
