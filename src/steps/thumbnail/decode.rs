@@ -12,18 +12,48 @@ use crate::step::StepError;
 /// Decodes an image, refusing one whose declared size is over `max_pixels`
 /// before decoding it, and turns it upright by its EXIF orientation.
 pub fn decode(bytes: &[u8], max_pixels: u64) -> Result<DynamicImage, StepError> {
-    let undecodable =
-        |e: image::ImageError| StepError::Unprocessable(format!("undecodable image: {e}"));
+    let header = open(bytes, max_pixels)?;
+    decode_opened(header)
+}
+
+/// An image's header, read and checked: a format this build decodes, no
+/// more than `max_pixels` declared. Nothing is decoded yet.
+struct Header<D> {
+    decoder: D,
+    format: Option<image::ImageFormat>,
+    orientation: Orientation,
+}
+
+fn undecodable(e: image::ImageError) -> StepError {
+    StepError::Unprocessable(format!("undecodable image: {e}"))
+}
+
+fn open(bytes: &[u8], max_pixels: u64) -> Result<Header<impl ImageDecoder + '_>, StepError> {
     let reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|e| StepError::Unprocessable(format!("undecodable image: {e}")))?;
-    if !readable(reader.format()) {
-        return Err(unknown_format(bytes, reader.format()));
+    let format = reader.format();
+    if !readable(format) {
+        return Err(unknown_format(bytes, format));
     }
     let mut decoder = reader.into_decoder().map_err(undecodable)?;
     let (width, height) = decoder.dimensions();
     check_pixels(width, height, max_pixels)?;
     let orientation = decoder.orientation().map_err(undecodable)?;
+    Ok(Header {
+        decoder,
+        format,
+        orientation,
+    })
+}
+
+/// The whole image behind an opened header, in sRGB and upright.
+fn decode_opened(header: Header<impl ImageDecoder>) -> Result<DynamicImage, StepError> {
+    let Header {
+        mut decoder,
+        orientation,
+        ..
+    } = header;
     let icc = decoder.icc_profile().map_err(undecodable)?;
     let image = DynamicImage::from_decoder(decoder).map_err(undecodable)?;
     let mut image = in_srgb(image, icc.as_deref());
@@ -88,27 +118,16 @@ pub fn decode_for(
     max_pixels: u64,
     params: &ThumbnailParams,
 ) -> Result<(DynamicImage, Vec<Plan>), StepError> {
-    let undecodable =
-        |e: image::ImageError| StepError::Unprocessable(format!("undecodable image: {e}"));
-    let reader = ImageReader::new(Cursor::new(bytes))
-        .with_guessed_format()
-        .map_err(|e| StepError::Unprocessable(format!("undecodable image: {e}")))?;
-    let format = reader.format();
-    if !readable(format) {
-        return Err(unknown_format(bytes, format));
-    }
-    let mut header = reader.into_decoder().map_err(undecodable)?;
-    let (stored_w, stored_h) = header.dimensions();
-    check_pixels(stored_w, stored_h, max_pixels)?;
-    let orientation = header.orientation().map_err(undecodable)?;
-    drop(header);
+    let header = open(bytes, max_pixels)?;
+    let (stored_w, stored_h) = header.decoder.dimensions();
+    let orientation = header.orientation;
     let (w, h) = if swaps_axes(orientation) {
         (stored_h, stored_w)
     } else {
         (stored_w, stored_h)
     };
     let plans = plan(w, h, params);
-    if format == Some(image::ImageFormat::Jpeg) {
+    if header.format == Some(image::ImageFormat::Jpeg) {
         // The smallest decoded size that still gives every output its pixels.
         let need =
             |out: u32, crop: f64, whole: u32| ((out as f64) * whole as f64 / crop).ceil() as u32;
@@ -128,6 +147,9 @@ pub fn decode_for(
             (need_w, need_h)
         };
         if need_w.saturating_mul(2) <= stored_w && need_h.saturating_mul(2) <= stored_h {
+            // The full decoder's copy of the input goes before the scaled
+            // decode makes its own.
+            drop(header);
             if let Some(mut image) = decode_jpeg_scaled(bytes, need_w, need_h)? {
                 image.apply_orientation(orientation);
                 let factor = image.width() as f64 / w as f64;
@@ -143,9 +165,11 @@ pub fn decode_for(
                     .collect();
                 return Ok((image, plans));
             }
+            // Not scalable (CMYK): in full, from a fresh header.
+            return Ok((decode(bytes, max_pixels)?, plans));
         }
     }
-    Ok((decode(bytes, max_pixels)?, plans))
+    Ok((decode_opened(header)?, plans))
 }
 
 /// A JPEG decoded through its DCT at the smallest scale (1/8, 1/4, 1/2)
