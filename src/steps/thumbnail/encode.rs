@@ -33,10 +33,20 @@ pub fn encode(image: &DynamicImage, encoding: Encoding) -> Result<Vec<u8>, StepE
         }
         Format::Webp => {
             let (w, h) = (image.width(), image.height());
-            let memory = if image.color().has_alpha() {
-                webp::Encoder::from_rgba(image.to_rgba8().as_raw(), w, h).encode(quality as f32)
-            } else {
-                webp::Encoder::from_rgb(image.to_rgb8().as_raw(), w, h).encode(quality as f32)
+            // 8-bit pixels as they are; 16-bit ones reduced (one copy).
+            let memory = match image {
+                DynamicImage::ImageRgba8(rgba) => {
+                    webp::Encoder::from_rgba(rgba.as_raw(), w, h).encode(quality as f32)
+                }
+                DynamicImage::ImageRgb8(rgb) => {
+                    webp::Encoder::from_rgb(rgb.as_raw(), w, h).encode(quality as f32)
+                }
+                other if other.color().has_alpha() => {
+                    webp::Encoder::from_rgba(other.to_rgba8().as_raw(), w, h).encode(quality as f32)
+                }
+                other => {
+                    webp::Encoder::from_rgb(other.to_rgb8().as_raw(), w, h).encode(quality as f32)
+                }
             };
             out.extend_from_slice(&memory);
         }
