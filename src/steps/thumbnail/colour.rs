@@ -76,12 +76,8 @@ fn convert(image: &DynamicImage, profile: &ColorProfile) -> Result<DynamicImage,
                 DynamicImage::ImageRgb8(rgb)
             });
         }
-        // The decoders turn CMYK into RGB themselves (naively, as
-        // ImageMagick does without a profile); its CMYK profile no longer
-        // fits the pixels.
-        DataColorSpace::Cmyk => {
-            return Err("a CMYK ICC profile: the CMYK was converted without it".into())
-        }
+        // CMYK pixels come to `cmyk_to_srgb`, never here: a CMYK profile
+        // on an RGB or grey image does not fit it.
         _ => return Err(wrong()),
     }
     // 8-bit RGB(A) at 8 bits; 16-bit (and float) at 16 bits, so a smooth
@@ -121,6 +117,66 @@ fn convert(image: &DynamicImage, profile: &ColorProfile) -> Result<DynamicImage,
         ImageBuffer::from_raw(w, h, out).map(DynamicImage::ImageRgb8)
     }
     .ok_or_else(wrong)
+}
+
+/// Whether an ICC profile describes CMYK (its header's colour space
+/// field), read without parsing the rest: the decoder is chosen by it.
+pub fn is_cmyk_profile(icc: &[u8]) -> bool {
+    icc.get(16..20) == Some(b"CMYK")
+}
+
+/// CMYK pixels (ink amounts, 0 = none, four bytes a pixel, as jpeg-decoder
+/// gives them for Adobe's inverted CMYK and YCCK alike) in sRGB: through
+/// the image's CMYK profile when it has one that applies, else naively,
+/// each ink taking its share of the light (R = (1 − C)(1 − K)), as
+/// ImageMagick converts CMYK without a profile. `None` if `inks` is not
+/// `width` × `height` pixels.
+pub fn cmyk_to_srgb(
+    inks: &[u8],
+    width: u32,
+    height: u32,
+    icc: Option<&[u8]>,
+) -> Option<(image::RgbImage, Conversion)> {
+    let managed = icc.map(|icc| {
+        let profile = ColorProfile::new_from_slice(icc)
+            .map_err(|e| format!("unreadable ICC profile: {e}"))?;
+        if profile.color_space != DataColorSpace::Cmyk {
+            return Err(format!(
+                "a {:?} ICC profile on a CMYK image",
+                profile.color_space
+            ));
+        }
+        let failed = |e: moxcms::CmsError| format!("colour transform failed: {e}");
+        // moxcms reads 8-bit CMYK in its four-channel (Rgba) layout.
+        let transform = profile
+            .create_transform_8bit(
+                Layout::Rgba,
+                &ColorProfile::new_srgb(),
+                Layout::Rgb,
+                TransformOptions::default(),
+            )
+            .map_err(failed)?;
+        let mut rgb = vec![0u8; inks.len() / 4 * 3];
+        transform.transform(inks, &mut rgb).map_err(failed)?;
+        Ok(rgb)
+    });
+    let (rgb, conversion) = match managed {
+        Some(Ok(rgb)) => (rgb, Conversion::Converted),
+        Some(Err(why)) => (naive_cmyk(inks), Conversion::Ignored(why)),
+        None => (naive_cmyk(inks), Conversion::Untagged),
+    };
+    let image = image::RgbImage::from_raw(width, height, rgb)?;
+    Some((image, conversion))
+}
+
+fn naive_cmyk(inks: &[u8]) -> Vec<u8> {
+    let light = |ink: u8, black: u8| {
+        let (ink, black) = (255 - ink as u32, 255 - black as u32);
+        ((ink * black + 127) / 255) as u8
+    };
+    inks.chunks_exact(4)
+        .flat_map(|p| [light(p[0], p[3]), light(p[1], p[3]), light(p[2], p[3])])
+        .collect()
 }
 
 /// `source` through `transform`, into a new buffer `growth` times its

@@ -6,14 +6,15 @@ use std::io::Cursor;
 use image::metadata::Orientation;
 use image::{DynamicImage, ImageDecoder, ImageReader};
 
-use super::{colour, plan, Plan, ThumbnailParams};
+use super::colour::{self, is_cmyk_profile};
+use super::{plan, Plan, ThumbnailParams};
 use crate::step::StepError;
 
 /// Decodes an image, refusing one whose declared size is over `max_pixels`
 /// before decoding it, and turns it upright by its EXIF orientation.
 pub fn decode(bytes: &[u8], max_pixels: u64) -> Result<DynamicImage, StepError> {
     let header = open(bytes, max_pixels)?;
-    decode_opened(header)
+    decode_opened(header, bytes)
 }
 
 /// An image's header, read and checked: a format this build decodes, no
@@ -48,13 +49,27 @@ fn open(bytes: &[u8], max_pixels: u64) -> Result<Header<impl ImageDecoder + '_>,
 }
 
 /// The whole image behind an opened header, in sRGB and upright.
-fn decode_opened(header: Header<impl ImageDecoder>) -> Result<DynamicImage, StepError> {
+fn decode_opened(
+    header: Header<impl ImageDecoder>,
+    bytes: &[u8],
+) -> Result<DynamicImage, StepError> {
     let Header {
         mut decoder,
+        format,
         orientation,
-        ..
     } = header;
     let icc = decoder.icc_profile().map_err(undecodable)?;
+    if format == Some(image::ImageFormat::Jpeg) && icc.as_deref().is_some_and(is_cmyk_profile) {
+        // zune-jpeg hands over CMYK already turned into RGB, too late for
+        // its profile; jpeg-decoder hands over the inks.
+        let (w, h) = decoder.dimensions();
+        drop(decoder);
+        let mut image = decode_jpeg_dct(bytes, w, h)?.ok_or_else(|| {
+            StepError::Unprocessable("undecodable image: a JPEG of no known pixel format".into())
+        })?;
+        image.apply_orientation(orientation);
+        return Ok(image);
+    }
     let image = DynamicImage::from_decoder(decoder).map_err(undecodable)?;
     let mut image = in_srgb(image, icc.as_deref());
     image.apply_orientation(orientation);
@@ -91,10 +106,14 @@ fn unknown_format(bytes: &[u8], guessed: Option<image::ImageFormat>) -> StepErro
 /// applied is logged and ignored (see `colour`).
 fn in_srgb(image: DynamicImage, icc: Option<&[u8]>) -> DynamicImage {
     let (image, conversion) = colour::to_srgb(image, icc);
+    log_ignored(conversion);
+    image
+}
+
+fn log_ignored(conversion: colour::Conversion) {
     if let colour::Conversion::Ignored(why) = conversion {
         tracing::warn!(problem = %why, "the image's colour profile was ignored; taken as sRGB");
     }
-    image
 }
 
 /// Whether an orientation turns the image a quarter (width and height swap).
@@ -111,8 +130,8 @@ fn swaps_axes(orientation: Orientation) -> bool {
 /// Decodes an image for the outputs `params` asks for, and returns it with
 /// their plans (crops in the decoded image's pixels). A JPEG whose outputs
 /// are at most half its size is decoded at 1/2, 1/4 or 1/8 scale through its
-/// DCT (libvips' shrink-on-load): less work, less memory. Anything else, or
-/// a JPEG that cannot be scaled (CMYK, 16-bit), is decoded in full.
+/// DCT (libvips' shrink-on-load): less work, less memory. Anything else is
+/// decoded in full.
 pub fn decode_for(
     bytes: &[u8],
     max_pixels: u64,
@@ -150,7 +169,7 @@ pub fn decode_for(
             // The full decoder's copy of the input goes before the scaled
             // decode makes its own.
             drop(header);
-            if let Some(mut image) = decode_jpeg_scaled(bytes, need_w, need_h)? {
+            if let Some(mut image) = decode_jpeg_dct(bytes, need_w, need_h)? {
                 image.apply_orientation(orientation);
                 let factor = image.width() as f64 / w as f64;
                 let plans = plans
@@ -165,16 +184,18 @@ pub fn decode_for(
                     .collect();
                 return Ok((image, plans));
             }
-            // Not scalable (CMYK): in full, from a fresh header.
+            // Not scalable: in full, from a fresh header.
             return Ok((decode(bytes, max_pixels)?, plans));
         }
     }
-    Ok((decode_opened(header)?, plans))
+    Ok((decode_opened(header, bytes)?, plans))
 }
 
-/// A JPEG decoded through its DCT at the smallest scale (1/8, 1/4, 1/2)
-/// that is at least `need_w` × `need_h`; `None` when it cannot be.
-fn decode_jpeg_scaled(
+/// A JPEG decoded by jpeg-decoder through its DCT at the smallest scale
+/// (1/8, 1/4, 1/2, 1) that is at least `need_w` × `need_h`, in sRGB;
+/// `None` when no scale is. CMYK and YCCK come out as inks and go through
+/// the image's CMYK profile (`colour::cmyk_to_srgb`).
+fn decode_jpeg_dct(
     bytes: &[u8],
     need_w: u32,
     need_h: u32,
@@ -192,6 +213,7 @@ fn decode_jpeg_scaled(
     }
     let pixels = decoder.decode().map_err(failed)?;
     let format = decoder.info().map(|info| info.pixel_format);
+    let icc = decoder.icc_profile();
     let image = match format {
         Some(jpeg_decoder::PixelFormat::RGB24) => {
             image::RgbImage::from_raw(w, h, pixels).map(DynamicImage::ImageRgb8)
@@ -199,9 +221,17 @@ fn decode_jpeg_scaled(
         Some(jpeg_decoder::PixelFormat::L8) => {
             image::GrayImage::from_raw(w, h, pixels).map(DynamicImage::ImageLuma8)
         }
+        Some(jpeg_decoder::PixelFormat::CMYK32) => {
+            return Ok(colour::cmyk_to_srgb(&pixels, w, h, icc.as_deref()).map(
+                |(image, conversion)| {
+                    log_ignored(conversion);
+                    DynamicImage::ImageRgb8(image)
+                },
+            ));
+        }
         _ => None,
     };
-    Ok(image.map(|image| in_srgb(image, decoder.icc_profile().as_deref())))
+    Ok(image.map(|image| in_srgb(image, icc.as_deref())))
 }
 
 fn check_pixels(width: u32, height: u32, max_pixels: u64) -> Result<(), StepError> {

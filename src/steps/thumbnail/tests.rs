@@ -404,6 +404,111 @@ fn cmyk_and_ycck_jpegs_come_out_as_imagemagick_converts_them() {
     }
 }
 
+/// A CMYK ICC profile (an output profile, lut16, XYZ connection space) of
+/// a made-up press: paper white in D50, each ink a filter over it, 9 grid
+/// points an ink. Written by moxcms; read here by moxcms and, for the
+/// reference values below, by lcms2 through ImageMagick.
+fn cmyk_profile() -> Vec<u8> {
+    use moxcms::*;
+    let white = [0.9642f64, 1.0, 0.8249];
+    let filters = [
+        [0.25, 0.55, 0.9],
+        [0.55, 0.25, 0.6],
+        [0.95, 0.9, 0.15],
+        [0.08, 0.08, 0.08],
+    ];
+    let grid = 9usize;
+    let mut clut = Vec::new();
+    for node in 0..grid.pow(4) {
+        // The first ink varies slowest, as ICC orders a CLUT.
+        let inks = [3, 2, 1, 0].map(|i| (node / grid.pow(i)) % grid);
+        for channel in 0..3 {
+            let mut v = white[channel];
+            for (ink, filter) in inks.iter().zip(filters) {
+                let amount = *ink as f64 / (grid - 1) as f64;
+                v *= 1.0 - amount * (1.0 - filter[channel]);
+            }
+            // u1Fixed15: 1.0 is 0x8000.
+            clut.push((v * 32768.0).round() as u16);
+        }
+    }
+    let lut = LutDataType {
+        num_input_channels: 4,
+        num_output_channels: 3,
+        num_clut_grid_points: grid as u8,
+        matrix: Matrix3d::IDENTITY,
+        num_input_table_entries: 2,
+        num_output_table_entries: 2,
+        input_table: LutStore::Store16([0, 65535].repeat(4)),
+        clut_table: LutStore::Store16(clut),
+        output_table: LutStore::Store16([0, 65535].repeat(3)),
+        lut_type: LutType::Lut16,
+    };
+    let d50 = Xyzd {
+        x: 0.9642,
+        y: 1.0,
+        z: 0.8249,
+    };
+    let mut profile = ColorProfile::default();
+    profile.color_space = DataColorSpace::Cmyk;
+    profile.pcs = DataColorSpace::Xyz;
+    profile.profile_class = ProfileClass::ColorSpace;
+    profile.white_point = d50;
+    profile.media_white_point = Some(d50);
+    profile.lut_a_to_b_perceptual = Some(LutWarehouse::Lut(lut));
+    profile.encode().unwrap()
+}
+
+#[test]
+fn a_cmyk_jpeg_with_a_profile_comes_out_as_lcms_converts_it() {
+    // Three inks mixes, 16 rows each; the sRGB lcms2 gives for each
+    // (ImageMagick 6.9.11: `convert cmyk.jpg -intent relative -profile
+    // srgb.icc`, Ghostscript's sRGB profile), and what ignoring the profile
+    // would give instead.
+    let mixes: [([u8; 4], [u8; 3], [u8; 3]); 3] = [
+        ([0, 160, 200, 30], [255, 139, 124], [225, 84, 49]),
+        ([200, 40, 0, 0], [0, 225, 243], [55, 215, 255]),
+        ([60, 60, 60, 120], [174, 170, 170], [103, 103, 103]),
+    ];
+    let inks: Vec<u8> = mixes
+        .iter()
+        .flat_map(|(ink, ..)| ink.repeat(32 * 16))
+        .collect();
+    let icc = cmyk_profile();
+    for (color, name) in [
+        (jpeg_encoder::ColorType::Cmyk, "cmyk"),
+        (jpeg_encoder::ColorType::CmykAsYcck, "ycck"),
+    ] {
+        let mut jpeg = Vec::new();
+        let mut encoder = jpeg_encoder::Encoder::new(&mut jpeg, 100);
+        encoder.add_icc_profile(&icc).unwrap();
+        encoder.encode(&inks, 32, 48, color).unwrap();
+        // In full, and shrunk on load (half size: through the DCT).
+        let full = decode(&jpeg, DEFAULT_MAX_PIXELS).unwrap().to_rgb8();
+        let wanted = params(json!({"widths": [16], "format": "png"}));
+        let (image, plans) = decode_for(&jpeg, DEFAULT_MAX_PIXELS, &wanted).unwrap();
+        assert_eq!(image.width(), 16, "{name}: decoded at half size");
+        let small = render(&image, &plans[0], Format::Png).unwrap().to_rgb8();
+        for (row, (ink, lcms, naive)) in mixes.iter().enumerate() {
+            let y = 8 + 16 * row as u32;
+            let got = full.get_pixel(16, y).0;
+            assert!(
+                within(got, *lcms, 2),
+                "{name} {ink:?}: {got:?}, lcms {lcms:?}"
+            );
+            assert!(
+                !within(got, *naive, 8),
+                "{name} {ink:?}: the profile was applied"
+            );
+            let got = small.get_pixel(8, y / 2).0;
+            assert!(
+                within(got, *lcms, 3),
+                "{name} {ink:?} shrunk: {got:?}, lcms {lcms:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_sixteen_bit_gradient_is_resized_at_sixteen_bits() {
     // 1024 columns climbing 4 sixteen-bit steps each: 4096 levels over
