@@ -84,3 +84,51 @@ async fn a_bomb_fails_its_job_with_a_clear_error() {
         "{again:?}"
     );
 }
+
+#[tokio::test]
+async fn a_heic_upload_gets_its_thumbnails_through_ffmpeg() {
+    use common::heif::{heif, tile, Codec, Display};
+    common::media::ffmpeg();
+    let p = Pipeline::new(Options {
+        recipes: Some(
+            r#"[{"step":"thumbnail","version":1,"params":{"widths":[32],"format":"png"}}]"#.into(),
+        ),
+        ..Options::default()
+    })
+    .await;
+    // A phone's layout: a grid of tiles (red, lime / blue, yellow) cut to
+    // 100 × 90, turned a quarter anticlockwise.
+    let tiles: Vec<Vec<u8>> = ["red", "lime", "blue", "yellow"]
+        .iter()
+        .map(|c| tile(Codec::Hevc, c, 64))
+        .collect();
+    let display = Display {
+        rotate: 1,
+        ..Display::default()
+    };
+    let file = heif(Codec::Hevc, &tiles, 64, 2, (100, 90), &display);
+    p.put("photos/IMG_0001.HEIC", &file, true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!(job.outcome, Outcome::Ran, "{job:?}");
+    let bytes = p
+        .output(&format!("derived/{}/thumb-32.png", job.job_key))
+        .await;
+    let thumb = image::load_from_memory_with_format(&bytes, image::ImageFormat::Png)
+        .unwrap()
+        .to_rgb8();
+    // 90 × 100 upright, so 32 × 36; lime at the top left, blue bottom right.
+    assert_eq!(thumb.dimensions(), (32, 36));
+    let near =
+        |got: [u8; 3], want: [u8; 3]| got.iter().zip(want).all(|(&g, w)| g.abs_diff(w) <= 16);
+    assert!(
+        near(thumb.get_pixel(3, 3).0, [0, 255, 0]),
+        "{:?}",
+        thumb.get_pixel(3, 3)
+    );
+    assert!(
+        near(thumb.get_pixel(28, 32).0, [0, 0, 255]),
+        "{:?}",
+        thumb.get_pixel(28, 32)
+    );
+}

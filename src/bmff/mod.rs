@@ -18,6 +18,7 @@ use std::ops::Range;
 
 mod boxes;
 mod fragments;
+pub mod heif;
 mod locate;
 mod movie;
 

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use mediaonce::lease::Clock;
 
 pub mod counting;
+pub mod heif;
 pub mod media;
 pub mod pipeline;
 pub mod sqs;

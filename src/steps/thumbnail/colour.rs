@@ -119,6 +119,44 @@ fn convert(image: &DynamicImage, profile: &ColorProfile) -> Result<DynamicImage,
     .ok_or_else(wrong)
 }
 
+/// `image` in sRGB from ITU-T H.273 code points (a HEIF `colr` nclx box):
+/// sRGB's and BT.709's primaries with their curves are taken as they are;
+/// others (Display P3, BT.2020) are converted through the profile moxcms
+/// makes from the code points.
+pub fn cicp_to_srgb(
+    image: DynamicImage,
+    primaries: u16,
+    transfer: u16,
+) -> (DynamicImage, Conversion) {
+    // 1: BT.709 (sRGB's primaries), 2: unspecified. Curves: 1 and 6 (BT.709,
+    // BT.601), 13 (sRGB), 2 (unspecified); encoded values are resized as
+    // they are, as for any sRGB image.
+    if matches!(primaries, 1 | 2) && matches!(transfer, 1 | 2 | 6 | 13) {
+        return (image, Conversion::Untagged);
+    }
+    let code = |v: u16| u8::try_from(v).map_err(|_| format!("colour code point {v}"));
+    let cicp = (|| -> Result<moxcms::CicpProfile, String> {
+        Ok(moxcms::CicpProfile {
+            color_primaries: moxcms::CicpColorPrimaries::try_from(code(primaries)?)
+                .map_err(|e| format!("colour primaries {primaries}: {e:?}"))?,
+            transfer_characteristics: moxcms::TransferCharacteristics::try_from(code(transfer)?)
+                .map_err(|e| format!("transfer characteristics {transfer}: {e:?}"))?,
+            // The pixels are RGB already; the matrix played its part in
+            // the decoder.
+            matrix_coefficients: moxcms::MatrixCoefficients::Identity,
+            full_range: true,
+        })
+    })();
+    let profile = match cicp {
+        Ok(cicp) => ColorProfile::new_from_cicp(cicp),
+        Err(why) => return (image, Conversion::Ignored(why)),
+    };
+    match convert(&image, &profile) {
+        Ok(converted) => (converted, Conversion::Converted),
+        Err(why) => (image, Conversion::Ignored(why)),
+    }
+}
+
 /// Whether an ICC profile describes CMYK (its header's colour space
 /// field), read without parsing the rest: the decoder is chosen by it.
 pub fn is_cmyk_profile(icc: &[u8]) -> bool {

@@ -95,8 +95,13 @@ fn unknown_format(bytes: &[u8], guessed: Option<image::ImageFormat>) -> StepErro
         _ => guessed.map(|format| format.extensions_str()[0]),
     };
     StepError::Unprocessable(match named {
+        Some(format @ ("HEIC/HEIF" | "AVIF")) => format!(
+            "unsupported image format: {format} (decoded by the thumbnail step through ffmpeg; \
+             decode() reads JPEG, PNG, WebP, GIF and TIFF)"
+        ),
         Some(format) => format!(
-            "unsupported image format: {format} (this build decodes JPEG, PNG, WebP, GIF and TIFF)"
+            "unsupported image format: {format} (this build decodes JPEG, PNG, WebP, GIF, TIFF, \
+             and through ffmpeg HEIC and AVIF)"
         ),
         None => "undecodable image: not JPEG, PNG, WebP, GIF or TIFF".into(),
     })

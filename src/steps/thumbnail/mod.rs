@@ -24,6 +24,9 @@
 use fast_image_resize::images::{TypedImage, TypedImageRef};
 use fast_image_resize::pixels::{U8x3, U8x4};
 use fast_image_resize::{FilterType, PixelTrait, ResizeAlg, ResizeOptions, Resizer};
+use std::path::PathBuf;
+use std::time::Duration;
+
 use image::DynamicImage;
 use serde_json::{Map, Value};
 
@@ -32,10 +35,12 @@ use crate::step::{InputUse, JobOutputs, Step, StepContext, StepError};
 mod colour;
 mod decode;
 mod encode;
+mod heif;
 mod resize16;
 
 pub use decode::{decode, decode_for};
 pub use encode::{encode, Encoding};
+pub use heif::decode as decode_heif;
 
 /// Images declaring more pixels than this are refused before decoding.
 pub const ENV_MAX_PIXELS: &str = "MEDIAONCE_MAX_PIXELS";
@@ -46,20 +51,24 @@ pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
 pub const MAX_INPUT_BYTES: u64 = 512 * 1024 * 1024;
 
 /// The step, with the pixel limit images are checked against before
-/// decoding (`MEDIAONCE_MAX_PIXELS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// decoding (`MEDIAONCE_MAX_PIXELS`) and the ffmpeg that decodes HEIC and
+/// AVIF tiles (`MEDIAONCE_FFMPEG`, as for hls-package).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Thumbnail {
     pub max_pixels: u64,
+    pub ffmpeg: PathBuf,
 }
 
 impl Thumbnail {
-    /// The step with `MEDIAONCE_MAX_PIXELS` read through `lookup`. A value
-    /// that is not a positive integer takes the default here; the
-    /// configuration, read through the same lookup, refuses it at start-up.
+    /// The step with `MEDIAONCE_MAX_PIXELS` and `MEDIAONCE_FFMPEG` read
+    /// through `lookup`. A pixel limit that is not a positive integer takes
+    /// the default here; the configuration, read through the same lookup,
+    /// refuses it at start-up.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
         let max_pixels =
             max_pixels(lookup(ENV_MAX_PIXELS).as_deref()).unwrap_or(DEFAULT_MAX_PIXELS);
-        Thumbnail { max_pixels }
+        let ffmpeg = crate::steps::hls::HlsPackage::from_lookup(&lookup).ffmpeg;
+        Thumbnail { max_pixels, ffmpeg }
     }
 }
 
@@ -456,11 +465,29 @@ impl Step for Thumbnail {
         }
         let bytes = input.bytes().await?;
         let (max_pixels, format) = (self.max_pixels, params.format);
+        // HEIC and AVIF: tiles decoded by ffmpeg, in its own process.
+        let heif_image = match heif::is_heif(&bytes) {
+            Some(_) => {
+                let time_left = context.deadline_ms.map(|deadline| {
+                    Duration::from_millis(deadline.saturating_sub(context.clock.now_ms()))
+                });
+                Some(heif::decode(&bytes, max_pixels, &self.ffmpeg, time_left).await?)
+            }
+            None => None,
+        };
         // Decoding and resizing are CPU work: off the async runtime's threads.
         let rendered =
             tokio::task::spawn_blocking(move || -> Result<Vec<(u32, Vec<u8>)>, StepError> {
-                let image = decode(&bytes, max_pixels)?;
-                plan(image.width(), image.height(), &params)
+                let (image, plans) = match heif_image {
+                    Some(image) => {
+                        let plans = plan(image.width(), image.height(), &params);
+                        (image, plans)
+                    }
+                    // Shrunk on load when every output allows it (a JPEG at
+                    // 1/2, 1/4 or 1/8 scale), with the plans in its pixels.
+                    None => decode_for(&bytes, max_pixels, &params)?,
+                };
+                plans
                     .iter()
                     .map(|p| {
                         Ok((

@@ -1,0 +1,256 @@
+//! HEIC and AVIF inputs: HEIF files written by tests/common/heif.rs around
+//! tiles the pinned ffmpeg codes, decoded by the thumbnail step's HEIF path
+//! (the container read here, the tiles decoded by ffmpeg).
+
+mod common;
+
+use common::heif::{heif, tile, Codec, Display};
+use common::media::ffmpeg;
+use mediaonce::step::StepError;
+use mediaonce::steps::thumbnail::{decode_heif, DEFAULT_MAX_PIXELS};
+
+fn near(got: [u8; 3], want: [u8; 3], tolerance: u8) -> bool {
+    got.iter()
+        .zip(want)
+        .all(|(&g, w)| g.abs_diff(w) <= tolerance)
+}
+
+fn pixel(image: &image::DynamicImage, x: u32, y: u32) -> [u8; 3] {
+    image.to_rgb8().get_pixel(x, y).0
+}
+
+/// Four 64 px tiles, red, lime, blue, yellow in reading order, in a grid
+/// cut to 100 × 90 (the right and bottom tiles overhang, as an iPhone's
+/// do).
+fn four_tiles(codec: Codec) -> Vec<Vec<u8>> {
+    ["red", "lime", "blue", "yellow"]
+        .iter()
+        .map(|colour| tile(codec, colour, 64))
+        .collect()
+}
+
+const RED: [u8; 3] = [255, 0, 0];
+const LIME: [u8; 3] = [0, 255, 0];
+const BLUE: [u8; 3] = [0, 0, 255];
+const YELLOW: [u8; 3] = [255, 255, 0];
+
+#[tokio::test]
+async fn a_heic_grid_is_put_together_cut_and_turned() {
+    let ffmpeg = ffmpeg();
+    let upright = heif(
+        Codec::Hevc,
+        &four_tiles(Codec::Hevc),
+        64,
+        2,
+        (100, 90),
+        &Display::default(),
+    );
+    let image = decode_heif(&upright, DEFAULT_MAX_PIXELS, &ffmpeg, None)
+        .await
+        .unwrap();
+    assert_eq!((image.width(), image.height()), (100, 90));
+    for (x, y, want) in [
+        (10, 10, RED),
+        (90, 10, LIME),
+        (10, 80, BLUE),
+        (90, 80, YELLOW),
+    ] {
+        let got = pixel(&image, x, y);
+        assert!(near(got, want, 12), "({x}, {y}): {got:?}, want {want:?}");
+    }
+
+    // A quarter turn anticlockwise (irot 1): lime comes to the top left.
+    let turned = heif(
+        Codec::Hevc,
+        &four_tiles(Codec::Hevc),
+        64,
+        2,
+        (100, 90),
+        &Display {
+            rotate: 1,
+            ..Display::default()
+        },
+    );
+    let image = decode_heif(&turned, DEFAULT_MAX_PIXELS, &ffmpeg, None)
+        .await
+        .unwrap();
+    assert_eq!((image.width(), image.height()), (90, 100));
+    for (x, y, want) in [
+        (10, 10, LIME),
+        (80, 10, YELLOW),
+        (10, 90, RED),
+        (80, 90, BLUE),
+    ] {
+        let got = pixel(&image, x, y);
+        assert!(
+            near(got, want, 12),
+            "turned ({x}, {y}): {got:?}, want {want:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_avif_grid_is_put_together_and_mirrored() {
+    let ffmpeg = ffmpeg();
+    let mirrored = heif(
+        Codec::Av1,
+        &four_tiles(Codec::Av1),
+        64,
+        2,
+        (100, 90),
+        &Display {
+            mirror: Some(0),
+            ..Display::default()
+        },
+    );
+    let image = decode_heif(&mirrored, DEFAULT_MAX_PIXELS, &ffmpeg, None)
+        .await
+        .unwrap();
+    assert_eq!((image.width(), image.height()), (100, 90));
+    // Left and right swap.
+    for (x, y, want) in [
+        (10, 10, LIME),
+        (90, 10, RED),
+        (10, 80, YELLOW),
+        (90, 80, BLUE),
+    ] {
+        let got = pixel(&image, x, y);
+        assert!(near(got, want, 12), "({x}, {y}): {got:?}, want {want:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_display_p3_heic_comes_out_in_srgb_by_its_profile_or_its_code_points() {
+    let ffmpeg = ffmpeg();
+    // P3 (200, 120, 60) is sRGB (213, 115, 42) by the primaries' matrices
+    // (as in the thumbnail's colour tests); the codec's rounding adds a few.
+    let coded = tile(Codec::Hevc, "0xC8783C", 64);
+    let icc = moxcms::ColorProfile::new_display_p3().encode().unwrap();
+    for (name, display) in [
+        (
+            "icc",
+            Display {
+                icc: Some(icc),
+                ..Display::default()
+            },
+        ),
+        (
+            // P3-D65 primaries (12), sRGB's curve (13), BT.601 matrix, limited range.
+            "nclx",
+            Display {
+                nclx: Some((12, 13, 6, false)),
+                ..Display::default()
+            },
+        ),
+    ] {
+        let file = heif(
+            Codec::Hevc,
+            std::slice::from_ref(&coded),
+            64,
+            1,
+            (64, 64),
+            &display,
+        );
+        let image = decode_heif(&file, DEFAULT_MAX_PIXELS, &ffmpeg, None)
+            .await
+            .unwrap();
+        let got = pixel(&image, 32, 32);
+        assert!(near(got, [213, 115, 42], 5), "{name}: {got:?}");
+    }
+    // Untagged: taken as sRGB.
+    let file = heif(Codec::Hevc, &[coded], 64, 1, (64, 64), &Display::default());
+    let image = decode_heif(&file, DEFAULT_MAX_PIXELS, &ffmpeg, None)
+        .await
+        .unwrap();
+    let got = pixel(&image, 32, 32);
+    assert!(near(got, [200, 120, 60], 5), "untagged: {got:?}");
+}
+
+fn unprocessable(err: StepError) -> String {
+    match err {
+        StepError::Unprocessable(message) => message,
+        other => panic!("a permanent failure, not {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn bad_heif_files_fail_permanently_naming_the_problem() {
+    let ffmpeg = ffmpeg();
+    let file = heif(
+        Codec::Hevc,
+        &four_tiles(Codec::Hevc),
+        64,
+        2,
+        (100, 90),
+        &Display::default(),
+    );
+    // Over the pixel limit: refused before ffmpeg runs (the 4 tiles decode
+    // 128 × 128 pixels).
+    let err = decode_heif(&file, 128 * 128 - 1, &ffmpeg, None)
+        .await
+        .unwrap_err();
+    let message = unprocessable(err);
+    assert!(message.contains("MEDIAONCE_MAX_PIXELS"), "{message}");
+
+    // Cut short inside the coded tiles: ffmpeg decodes less than the grid.
+    let cut = &file[..file.len() - 200];
+    let message = unprocessable(
+        decode_heif(cut, DEFAULT_MAX_PIXELS, &ffmpeg, None)
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        message.contains("HEIC") || message.contains("ffmpeg"),
+        "{message}"
+    );
+
+    // Tiles whose bytes are not HEVC.
+    let mut junk = file.clone();
+    let mdat = junk.windows(4).position(|w| w == b"mdat").unwrap() + 4;
+    for b in &mut junk[mdat..] {
+        *b = 0x5a;
+    }
+    let message = unprocessable(
+        decode_heif(&junk, DEFAULT_MAX_PIXELS, &ffmpeg, None)
+            .await
+            .unwrap_err(),
+    );
+    assert!(message.contains("undecodable image"), "{message}");
+
+    // No meta box at all.
+    let message = unprocessable(
+        decode_heif(&file[..24], DEFAULT_MAX_PIXELS, &ffmpeg, None)
+            .await
+            .unwrap_err(),
+    );
+    assert!(message.contains("HEIC file"), "{message}");
+}
+
+#[tokio::test]
+async fn files_libheif_writes_decode_as_imagemagick_decodes_them() {
+    // tests/data/libheif-96x64.{heic,avif}: a 96 × 64 PNG of four
+    // quadrants (red, lime, blue, and (200, 120, 60)) saved by ImageMagick
+    // 6.9.11 through libheif 1.15.1 (x265 and aom), `-quality 90`; the
+    // colours are what ImageMagick (libde265, dav1d/aom) decodes them to.
+    let ffmpeg = ffmpeg();
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    for name in ["libheif-96x64.heic", "libheif-96x64.avif"] {
+        let file = std::fs::read(data.join(name)).unwrap();
+        let image = decode_heif(&file, DEFAULT_MAX_PIXELS, &ffmpeg, None)
+            .await
+            .unwrap();
+        assert_eq!((image.width(), image.height()), (96, 64), "{name}");
+        for (x, y, want) in [
+            (20, 10, [254, 0, 0]),
+            (70, 10, [0, 254, 2]),
+            (20, 50, [0, 0, 254]),
+            (70, 50, [199, 120, 59]),
+        ] {
+            let got = pixel(&image, x, y);
+            assert!(
+                near(got, want, 4),
+                "{name} ({x}, {y}): {got:?}, want {want:?}"
+            );
+        }
+    }
+}
