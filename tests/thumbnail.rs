@@ -132,3 +132,46 @@ async fn a_heic_upload_gets_its_thumbnails_through_ffmpeg() {
         thumb.get_pixel(28, 32)
     );
 }
+
+#[tokio::test]
+async fn avif_outputs_are_encoded_by_ffmpeg_and_read_back() {
+    common::media::ffmpeg();
+    let p = Pipeline::new(Options {
+        recipes: Some(
+            r#"[{"step":"thumbnail","version":1,"params":{"widths":[32],"format":"avif","quality":90}}]"#
+                .into(),
+        ),
+        ..Options::default()
+    })
+    .await;
+    let source = png(64, 48);
+    p.put("photos/b.png", &source, true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!(job.outcome, Outcome::Ran, "{job:?}");
+    let key = &job.job_key;
+    let manifest: Manifest =
+        serde_json::from_slice(&p.output(&format!("derived/{key}/_manifest.json")).await).unwrap();
+    let output = &manifest.outputs[0];
+    assert_eq!(output.name, "thumb-32.avif");
+    let bytes = p.output(&format!("derived/{key}/thumb-32.avif")).await;
+    assert_eq!(&bytes[4..12], b"ftypavif", "an AVIF file");
+    // Read back through the step's own HEIF path: 32 × 24, and the colours
+    // of the source's matching pixel (x·4, y·5, 90) within the codec's loss.
+    let image = mediaonce::steps::thumbnail::decode_heif(
+        &bytes,
+        mediaonce::steps::thumbnail::DEFAULT_MAX_PIXELS,
+        &common::media::ffmpeg(),
+        None,
+    )
+    .await
+    .unwrap()
+    .to_rgb8();
+    assert_eq!(image.dimensions(), (32, 24));
+    let got = image.get_pixel(16, 12).0;
+    let want = [130u8, 122, 90];
+    assert!(
+        got.iter().zip(want).all(|(&g, w)| g.abs_diff(w) <= 12),
+        "{got:?}, want about {want:?}"
+    );
+}

@@ -157,12 +157,6 @@ pub fn cicp_to_srgb(
     }
 }
 
-/// Whether an ICC profile describes CMYK (its header's colour space
-/// field), read without parsing the rest: the decoder is chosen by it.
-pub fn is_cmyk_profile(icc: &[u8]) -> bool {
-    icc.get(16..20) == Some(b"CMYK")
-}
-
 /// CMYK pixels (ink amounts, 0 = none, four bytes a pixel, as jpeg-decoder
 /// gives them for Adobe's inverted CMYK and YCCK alike) in sRGB: through
 /// the image's CMYK profile when it has one that applies, else naively,

@@ -6,22 +6,36 @@ use std::io::Cursor;
 use image::metadata::Orientation;
 use image::{DynamicImage, ImageDecoder, ImageReader};
 
-use super::colour::{self, is_cmyk_profile};
+use super::colour;
 use super::{plan, Plan, ThumbnailParams};
 use crate::step::StepError;
 
 /// Decodes an image, refusing one whose declared size is over `max_pixels`
 /// before decoding it, and turns it upright by its EXIF orientation.
 pub fn decode(bytes: &[u8], max_pixels: u64) -> Result<DynamicImage, StepError> {
-    let header = open(bytes, max_pixels)?;
-    decode_opened(header, bytes)
+    match open(bytes, max_pixels)? {
+        Opened::Jpeg(jpeg) => decode_jpeg(bytes, &jpeg, jpeg.width, jpeg.height),
+        Opened::Other(header) => decode_opened(header),
+    }
 }
 
 /// An image's header, read and checked: a format this build decodes, no
 /// more than `max_pixels` declared. Nothing is decoded yet.
+enum Opened<D> {
+    /// JPEG: decoded by jpeg-decoder, at a DCT scale when that is enough.
+    Jpeg(JpegHeader),
+    /// The other formats, by `image`'s decoders.
+    Other(Header<D>),
+}
+
+struct JpegHeader {
+    width: u32,
+    height: u32,
+    orientation: Orientation,
+}
+
 struct Header<D> {
     decoder: D,
-    format: Option<image::ImageFormat>,
     orientation: Orientation,
 }
 
@@ -29,7 +43,11 @@ fn undecodable(e: image::ImageError) -> StepError {
     StepError::Unprocessable(format!("undecodable image: {e}"))
 }
 
-fn open(bytes: &[u8], max_pixels: u64) -> Result<Header<impl ImageDecoder + '_>, StepError> {
+fn jpeg_failed(e: jpeg_decoder::Error) -> StepError {
+    StepError::Unprocessable(format!("undecodable image: {e}"))
+}
+
+fn open(bytes: &[u8], max_pixels: u64) -> Result<Opened<impl ImageDecoder + '_>, StepError> {
     let reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|e| StepError::Unprocessable(format!("undecodable image: {e}")))?;
@@ -37,39 +55,58 @@ fn open(bytes: &[u8], max_pixels: u64) -> Result<Header<impl ImageDecoder + '_>,
     if !readable(format) {
         return Err(unknown_format(bytes, format));
     }
+    if format == Some(image::ImageFormat::Jpeg) {
+        let mut decoder = jpeg_decoder::Decoder::new(Cursor::new(bytes));
+        decoder.read_info().map_err(jpeg_failed)?;
+        let info = decoder.info().expect("read_info succeeded");
+        let (width, height) = (info.width as u32, info.height as u32);
+        check_pixels(width, height, max_pixels)?;
+        let orientation = decoder
+            .exif_data()
+            .and_then(Orientation::from_exif_chunk)
+            .unwrap_or(Orientation::NoTransforms);
+        return Ok(Opened::Jpeg(JpegHeader {
+            width,
+            height,
+            orientation,
+        }));
+    }
     let mut decoder = reader.into_decoder().map_err(undecodable)?;
     let (width, height) = decoder.dimensions();
     check_pixels(width, height, max_pixels)?;
     let orientation = decoder.orientation().map_err(undecodable)?;
-    Ok(Header {
+    Ok(Opened::Other(Header {
         decoder,
-        format,
         orientation,
-    })
+    }))
+}
+
+/// A JPEG at the smallest DCT scale that gives `need_w` × `need_h` (its
+/// full size at most), in sRGB and upright.
+fn decode_jpeg(
+    bytes: &[u8],
+    header: &JpegHeader,
+    need_w: u32,
+    need_h: u32,
+) -> Result<DynamicImage, StepError> {
+    let mut image = decode_jpeg_dct(bytes, need_w.min(header.width), need_h.min(header.height))?
+        .ok_or_else(|| {
+            StepError::Unprocessable(
+                "undecodable image: a JPEG of 16-bit samples, which this build does not read"
+                    .into(),
+            )
+        })?;
+    image.apply_orientation(header.orientation);
+    Ok(image)
 }
 
 /// The whole image behind an opened header, in sRGB and upright.
-fn decode_opened(
-    header: Header<impl ImageDecoder>,
-    bytes: &[u8],
-) -> Result<DynamicImage, StepError> {
+fn decode_opened(header: Header<impl ImageDecoder>) -> Result<DynamicImage, StepError> {
     let Header {
         mut decoder,
-        format,
         orientation,
     } = header;
     let icc = decoder.icc_profile().map_err(undecodable)?;
-    if format == Some(image::ImageFormat::Jpeg) && icc.as_deref().is_some_and(is_cmyk_profile) {
-        // zune-jpeg hands over CMYK already turned into RGB, too late for
-        // its profile; jpeg-decoder hands over the inks.
-        let (w, h) = decoder.dimensions();
-        drop(decoder);
-        let mut image = decode_jpeg_dct(bytes, w, h)?.ok_or_else(|| {
-            StepError::Unprocessable("undecodable image: a JPEG of no known pixel format".into())
-        })?;
-        image.apply_orientation(orientation);
-        return Ok(image);
-    }
     let image = DynamicImage::from_decoder(decoder).map_err(undecodable)?;
     let mut image = in_srgb(image, icc.as_deref());
     image.apply_orientation(orientation);
@@ -142,58 +179,58 @@ pub fn decode_for(
     max_pixels: u64,
     params: &ThumbnailParams,
 ) -> Result<(DynamicImage, Vec<Plan>), StepError> {
-    let header = open(bytes, max_pixels)?;
-    let (stored_w, stored_h) = header.decoder.dimensions();
-    let orientation = header.orientation;
+    let opened = open(bytes, max_pixels)?;
+    let (stored_w, stored_h, orientation) = match &opened {
+        Opened::Jpeg(jpeg) => (jpeg.width, jpeg.height, jpeg.orientation),
+        Opened::Other(header) => {
+            let (w, h) = header.decoder.dimensions();
+            (w, h, header.orientation)
+        }
+    };
     let (w, h) = if swaps_axes(orientation) {
         (stored_h, stored_w)
     } else {
         (stored_w, stored_h)
     };
     let plans = plan(w, h, params);
-    if header.format == Some(image::ImageFormat::Jpeg) {
-        // The smallest decoded size that still gives every output its pixels.
-        let need =
-            |out: u32, crop: f64, whole: u32| ((out as f64) * whole as f64 / crop).ceil() as u32;
-        let need_w = plans
-            .iter()
-            .map(|p| need(p.width, p.crop.2, w))
-            .max()
-            .unwrap_or(w);
-        let need_h = plans
-            .iter()
-            .map(|p| need(p.height, p.crop.3, h))
-            .max()
-            .unwrap_or(h);
-        let (need_w, need_h) = if swaps_axes(orientation) {
-            (need_h, need_w)
-        } else {
-            (need_w, need_h)
-        };
-        if need_w.saturating_mul(2) <= stored_w && need_h.saturating_mul(2) <= stored_h {
-            // The full decoder's copy of the input goes before the scaled
-            // decode makes its own.
-            drop(header);
-            if let Some(mut image) = decode_jpeg_dct(bytes, need_w, need_h)? {
-                image.apply_orientation(orientation);
-                let factor = image.width() as f64 / w as f64;
-                let plans = plans
-                    .into_iter()
-                    .map(|p| {
-                        let (x, y, cw, ch) = p.crop;
-                        Plan {
-                            crop: (x * factor, y * factor, cw * factor, ch * factor),
-                            ..p
-                        }
-                    })
-                    .collect();
-                return Ok((image, plans));
-            }
-            // Not scalable: in full, from a fresh header.
-            return Ok((decode(bytes, max_pixels)?, plans));
-        }
+    let jpeg = match opened {
+        Opened::Jpeg(jpeg) => jpeg,
+        Opened::Other(header) => return Ok((decode_opened(header)?, plans)),
+    };
+    // The smallest decoded size that still gives every output its pixels.
+    let need = |out: u32, crop: f64, whole: u32| ((out as f64) * whole as f64 / crop).ceil() as u32;
+    let need_w = plans
+        .iter()
+        .map(|p| need(p.width, p.crop.2, w))
+        .max()
+        .unwrap_or(w);
+    let need_h = plans
+        .iter()
+        .map(|p| need(p.height, p.crop.3, h))
+        .max()
+        .unwrap_or(h);
+    let (need_w, need_h) = if swaps_axes(orientation) {
+        (need_h, need_w)
+    } else {
+        (need_w, need_h)
+    };
+    let image = decode_jpeg(bytes, &jpeg, need_w, need_h)?;
+    if image.width() == w {
+        return Ok((image, plans));
     }
-    Ok((decode_opened(header, bytes)?, plans))
+    // Decoded smaller: the crops in the decoded image's pixels.
+    let factor = image.width() as f64 / w as f64;
+    let plans = plans
+        .into_iter()
+        .map(|p| {
+            let (x, y, cw, ch) = p.crop;
+            Plan {
+                crop: (x * factor, y * factor, cw * factor, ch * factor),
+                ..p
+            }
+        })
+        .collect();
+    Ok((image, plans))
 }
 
 /// A JPEG decoded by jpeg-decoder through its DCT at the smallest scale

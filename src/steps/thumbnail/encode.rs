@@ -1,5 +1,6 @@
 //! Encoding outputs: JPEG (jpeg-encoder), PNG (`image`) and lossy WebP
 //! (libwebp through the `webp` crate; `image` only writes lossless WebP).
+//! AVIF is encoded by ffmpeg (`avif.rs`), asynchronously, by the step.
 
 use image::DynamicImage;
 
@@ -49,6 +50,11 @@ pub fn encode(image: &DynamicImage, encoding: Encoding) -> Result<Vec<u8>, StepE
                 }
             };
             out.extend_from_slice(&memory);
+        }
+        Format::Avif => {
+            return Err(StepError::Failed(
+                "AVIF is encoded by the thumbnail step through ffmpeg, not by encode()".into(),
+            ))
         }
     }
     Ok(out)

@@ -14,11 +14,9 @@
 //! grid of 512 × 512 tiles.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use image::{DynamicImage, ImageBuffer, Rgb};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::colour;
 use crate::bmff::heif::{parse_heif, Codec, HeifImage, Nclx, Transform};
@@ -59,14 +57,21 @@ pub async fn decode(
     let frame_bytes =
         heif.tile_width as usize * heif.tile_height as usize * if deep { 6 } else { 3 };
     let expected = frame_bytes * heif.tiles.len();
-    let pixels = run_ffmpeg(
+    let pixels = super::ffmpeg::run(
         ffmpeg,
         &ffmpeg_args(&heif, deep),
+        &std::env::temp_dir(),
         stream,
         expected,
         time_left,
     )
-    .await?;
+    .await
+    .map_err(|e| match e {
+        super::ffmpeg::Failure::Output(why) => {
+            StepError::Unprocessable(format!("undecodable image: {why}"))
+        }
+        super::ffmpeg::Failure::Step(e) => e,
+    })?;
     let image = if deep {
         let samples: Vec<u16> = pixels
             .chunks_exact(2)
@@ -216,89 +221,6 @@ fn ffmpeg_args(heif: &HeifImage, deep: bool) -> Vec<String> {
         .map(String::from),
     );
     args
-}
-
-/// Runs ffmpeg with `input` on its stdin and returns exactly `expected`
-/// bytes of its stdout; fewer (a tile it could not decode) or an error
-/// exit is the input's fault, named with ffmpeg's last lines.
-async fn run_ffmpeg(
-    ffmpeg: &Path,
-    args: &[String],
-    input: Vec<u8>,
-    expected: usize,
-    time_left: Option<Duration>,
-) -> Result<Vec<u8>, StepError> {
-    let scratch = std::env::temp_dir();
-    let mut child = tokio::process::Command::new(ffmpeg)
-        .args(args)
-        .env_clear()
-        .envs(crate::steps::hls::ffmpeg_env(&scratch))
-        .current_dir(&scratch)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| {
-            StepError::Failed(format!(
-                "cannot run ffmpeg ({}) to decode a HEIC/AVIF image: {e}; set {} or add the \
-                 ffmpeg layer",
-                ffmpeg.display(),
-                crate::steps::hls::ENV_FFMPEG
-            ))
-        })?;
-    let mut stdin = child.stdin.take().expect("piped stdin");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let write = async move {
-        // ffmpeg may stop reading early (a bad stream): its exit says why.
-        let _ = stdin.write_all(&input).await;
-        drop(stdin);
-    };
-    let read = async move {
-        let mut out = Vec::with_capacity(expected);
-        // One byte more than expected shows a stream with extra pictures.
-        let _ = stdout.take(expected as u64 + 1).read_to_end(&mut out).await;
-        out
-    };
-    let errors = async move {
-        let mut text = String::new();
-        let _ = (&mut stderr)
-            .take(64 * 1024)
-            .read_to_string(&mut text)
-            .await;
-        text
-    };
-    let run = async { tokio::join!(write, read, errors, child.wait()) };
-    let limit = time_left.map(|left| left.saturating_sub(crate::steps::hls::STOP_BEFORE_DEADLINE));
-    let outcome = match limit {
-        Some(limit) => tokio::time::timeout(limit, run).await.ok(),
-        None => Some(run.await),
-    };
-    let Some(((), pixels, errors, status)) = outcome else {
-        return Err(StepError::Failed(
-            "ffmpeg did not finish decoding the image before the invocation deadline; the job \
-             is retried"
-                .into(),
-        ));
-    };
-    let status = status.map_err(|e| StepError::Failed(format!("waiting for ffmpeg: {e}")))?;
-    let tail = || {
-        let lines: Vec<&str> = errors.lines().rev().take(3).collect();
-        lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
-    };
-    if !status.success() || pixels.len() != expected {
-        return Err(StepError::Unprocessable(format!(
-            "undecodable image: ffmpeg gave {} of the {expected} bytes its tiles should decode \
-             to ({status}){}",
-            pixels.len(),
-            match tail() {
-                t if t.is_empty() => String::new(),
-                t => format!(": {t}"),
-            }
-        )));
-    }
-    Ok(pixels)
 }
 
 /// The tiles (row-major frames of `tile_width` × `tile_height`) laid out

@@ -32,9 +32,11 @@ use serde_json::{Map, Value};
 
 use crate::step::{InputUse, JobOutputs, Step, StepContext, StepError};
 
+mod avif;
 mod colour;
 mod decode;
 mod encode;
+mod ffmpeg;
 mod heif;
 mod resize16;
 
@@ -90,6 +92,8 @@ pub enum Format {
     Jpeg,
     Png,
     Webp,
+    /// Encoded by ffmpeg (libaom): opaque 8-bit 4:2:0, tagged sRGB.
+    Avif,
 }
 
 impl Format {
@@ -98,6 +102,7 @@ impl Format {
             Format::Jpeg => "jpg",
             Format::Png => "png",
             Format::Webp => "webp",
+            Format::Avif => "avif",
         }
     }
 
@@ -106,11 +111,12 @@ impl Format {
             Format::Jpeg => "image/jpeg",
             Format::Png => "image/png",
             Format::Webp => "image/webp",
+            Format::Avif => "image/avif",
         }
     }
 
     fn has_alpha(self) -> bool {
-        !matches!(self, Format::Jpeg)
+        matches!(self, Format::Png | Format::Webp)
     }
 }
 
@@ -229,9 +235,10 @@ impl ThumbnailParams {
             None | Some(Some("jpeg")) => Format::Jpeg,
             Some(Some("png")) => Format::Png,
             Some(Some("webp")) => Format::Webp,
+            Some(Some("avif")) => Format::Avif,
             Some(_) => {
                 return Err(format!(
-                    "format must be \"jpeg\", \"png\" or \"webp\", got {}",
+                    "format must be \"jpeg\", \"png\", \"webp\" or \"avif\", got {}",
                     params["format"]
                 ))
             }
@@ -449,6 +456,13 @@ impl Step for Thumbnail {
         }
     }
 
+    fn time_needed(&self, params: &ThumbnailParams) -> Duration {
+        match params.format {
+            Format::Avif => AVIF_TIME_NEEDED,
+            _ => Duration::ZERO,
+        }
+    }
+
     async fn run(
         &self,
         params: &ThumbnailParams,
@@ -468,16 +482,14 @@ impl Step for Thumbnail {
         // HEIC and AVIF: tiles decoded by ffmpeg, in its own process.
         let heif_image = match heif::is_heif(&bytes) {
             Some(_) => {
-                let time_left = context.deadline_ms.map(|deadline| {
-                    Duration::from_millis(deadline.saturating_sub(context.clock.now_ms()))
-                });
-                Some(heif::decode(&bytes, max_pixels, &self.ffmpeg, time_left).await?)
+                Some(heif::decode(&bytes, max_pixels, &self.ffmpeg, time_left(context)).await?)
             }
             None => None,
         };
+        let encoding = params.encoding();
         // Decoding and resizing are CPU work: off the async runtime's threads.
         let rendered =
-            tokio::task::spawn_blocking(move || -> Result<Vec<(u32, Vec<u8>)>, StepError> {
+            tokio::task::spawn_blocking(move || -> Result<Vec<(u32, Rendered)>, StepError> {
                 let (image, plans) = match heif_image {
                     Some(image) => {
                         let plans = plan(image.width(), image.height(), &params);
@@ -490,16 +502,26 @@ impl Step for Thumbnail {
                 plans
                     .iter()
                     .map(|p| {
+                        let image = render(&image, p, format)?;
                         Ok((
                             p.name_width,
-                            encode(&render(&image, p, format)?, params.encoding())?,
+                            match format {
+                                Format::Avif => Rendered::ForFfmpeg(image),
+                                _ => Rendered::Encoded(encode(&image, encoding)?),
+                            },
                         ))
                     })
                     .collect()
             })
             .await
             .map_err(|e| StepError::Failed(format!("thumbnail task failed: {e}")))??;
-        for (name_width, bytes) in rendered {
+        for (name_width, rendered) in rendered {
+            let bytes = match rendered {
+                Rendered::Encoded(bytes) => bytes,
+                Rendered::ForFfmpeg(image) => {
+                    avif::encode(&image, encoding.quality, &self.ffmpeg, time_left(context)).await?
+                }
+            };
             let name = format!("thumb-{name_width}.{}", format.extension());
             outputs
                 .put_bytes(&name, format.content_type(), bytes)
@@ -508,6 +530,24 @@ impl Step for Thumbnail {
         Ok(())
     }
 }
+
+/// A rendered output: encoded already, or pixels for ffmpeg to encode.
+enum Rendered {
+    Encoded(Vec<u8>),
+    ForFfmpeg(DynamicImage),
+}
+
+/// How long ffmpeg may run, by the worker's clock.
+fn time_left(context: &StepContext<'_>) -> Option<Duration> {
+    context
+        .deadline_ms
+        .map(|deadline| Duration::from_millis(deadline.saturating_sub(context.clock.now_ms())))
+}
+
+/// The time an AVIF recipe declares: libaom's still-picture encode is
+/// seconds per output (~1.6 s at 1280 px on two cores), and ffmpeg is
+/// stopped `hls::STOP_BEFORE_DEADLINE` before the deadline.
+pub const AVIF_TIME_NEEDED: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,105 @@
+//! ffmpeg for the image formats `image` cannot read or write (HEIC and
+//! AVIF tiles in, AVIF out): the pinned build hls-package runs, in its own
+//! process with a cleared environment (`hls::ffmpeg_env`), its input on a
+//! pipe, stopped before the invocation's deadline.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::step::StepError;
+use crate::steps::hls::{ffmpeg_env, ENV_FFMPEG, STOP_BEFORE_DEADLINE};
+
+/// Why a run gave nothing usable.
+pub enum Failure {
+    /// ffmpeg ran and refused the input or gave too little: the input's
+    /// fault (the caller says which input).
+    Output(String),
+    /// ffmpeg could not run or finish in time: the worker's fault, retried.
+    Step(StepError),
+}
+
+/// Runs `ffmpeg args` in `dir` with `input` on its stdin and returns
+/// exactly `expected` bytes of its stdout (0: whatever it wrote to files
+/// in `dir`). An error exit, or another amount of output, is a
+/// [`Failure::Output`] naming ffmpeg's last lines.
+pub async fn run(
+    ffmpeg: &Path,
+    args: &[String],
+    dir: &Path,
+    input: Vec<u8>,
+    expected: usize,
+    time_left: Option<Duration>,
+) -> Result<Vec<u8>, Failure> {
+    let mut child = tokio::process::Command::new(ffmpeg)
+        .args(args)
+        .env_clear()
+        .envs(ffmpeg_env(dir))
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // A handler that gives up on the job drops this future: ffmpeg
+        // must not outlive it.
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| {
+            Failure::Step(StepError::Failed(format!(
+                "cannot run ffmpeg ({}): {e}; set {ENV_FFMPEG} or add the ffmpeg layer",
+                ffmpeg.display()
+            )))
+        })?;
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let write = async move {
+        // ffmpeg may stop reading early (a bad stream): its exit says why.
+        let _ = stdin.write_all(&input).await;
+        drop(stdin);
+    };
+    let read = async move {
+        let mut out = Vec::with_capacity(expected);
+        // One byte more than expected shows output that should not be.
+        let _ = stdout.take(expected as u64 + 1).read_to_end(&mut out).await;
+        out
+    };
+    let errors = async move {
+        let mut text = String::new();
+        let _ = (&mut stderr)
+            .take(64 * 1024)
+            .read_to_string(&mut text)
+            .await;
+        text
+    };
+    let all = async { tokio::join!(write, read, errors, child.wait()) };
+    let limit = time_left.map(|left| left.saturating_sub(STOP_BEFORE_DEADLINE));
+    let outcome = match limit {
+        Some(limit) => tokio::time::timeout(limit, all).await.ok(),
+        None => Some(all.await),
+    };
+    let Some(((), output, errors, status)) = outcome else {
+        return Err(Failure::Step(StepError::Failed(format!(
+            "ffmpeg was stopped {} s before the invocation deadline, unfinished; the job is \
+             retried",
+            STOP_BEFORE_DEADLINE.as_secs()
+        ))));
+    };
+    let status =
+        status.map_err(|e| Failure::Step(StepError::Failed(format!("waiting for ffmpeg: {e}"))))?;
+    if !status.success() || output.len() != expected {
+        let lines: Vec<&str> = errors.lines().rev().take(3).collect();
+        let tail = lines.into_iter().rev().collect::<Vec<_>>().join(" | ");
+        return Err(Failure::Output(format!(
+            "ffmpeg gave {} of the {expected} bytes expected ({status}){}",
+            output.len(),
+            if tail.is_empty() {
+                String::new()
+            } else {
+                format!(": {tail}")
+            }
+        )));
+    }
+    Ok(output)
+}
