@@ -38,6 +38,7 @@ mod decode;
 mod encode;
 mod ffmpeg;
 mod heif;
+mod huffman;
 mod resize16;
 
 pub use decode::{decode, decode_for};
