@@ -5,6 +5,9 @@
 //!   span, with its `request_id`, in each); otherwise text.
 //! - `AWS_LAMBDA_LOG_LEVEL`, else `RUST_LOG`: one level for everything
 //!   (`trace`, `debug`, `info`, `warn`, `error`, `off`); default `info`.
+//!   Release builds have no `trace` events (Cargo.toml: tracing's
+//!   `release_max_level_debug`; the SDK's wire-level detail, 100 KB of
+//!   the bootstrap), so `trace` there logs what `debug` does.
 //!   Per-module directives (`mediaonce=debug`) are not read: the level of
 //!   the last one that names a level is used.
 
