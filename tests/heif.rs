@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::heif::{heif, tile, Codec, Display};
+use common::heif::{heif, pattern_tile, tile, Codec, Display};
 use common::media::ffmpeg;
 use mediaonce::step::StepError;
 use mediaonce::steps::thumbnail::{decode_heif, DEFAULT_MAX_PIXELS};
@@ -253,4 +253,30 @@ async fn files_libheif_writes_decode_as_imagemagick_decodes_them() {
             );
         }
     }
+}
+
+#[tokio::test]
+async fn a_grid_naming_one_tile_over_and_over_is_refused_before_copying_it() {
+    let ffmpeg = ffmpeg();
+    // A busy first tile and three flat ones; then every grid cell is made
+    // to name the busy one (item 1): four copies of it would be more bytes
+    // than the whole file, which is what a hostile file would do at scale.
+    let mut tiles = four_tiles(Codec::Hevc);
+    tiles[0] = pattern_tile(Codec::Hevc, 64);
+    let mut file = heif(Codec::Hevc, &tiles, 64, 2, (100, 90), &Display::default());
+    let dimg = file.windows(4).position(|w| w == b"dimg").unwrap() + 4;
+    // from (item 5), count (4), then the four tile ids.
+    for i in 0..4 {
+        let at = dimg + 4 + 2 * i;
+        file[at..at + 2].copy_from_slice(&1u16.to_be_bytes());
+    }
+    let message = unprocessable(
+        decode_heif(&file, DEFAULT_MAX_PIXELS, &ffmpeg, None)
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        message.contains("more bytes than the file holds"),
+        "{message}"
+    );
 }

@@ -214,6 +214,7 @@ pub fn parse_heif(bytes: &[u8]) -> Result<HeifImage, BmffError> {
     let mut config = None;
     let mut tile_size = None;
     let mut tiles = Vec::with_capacity(tile_ids.len());
+    let mut tile_bytes = 0usize;
     for &id in &tile_ids {
         if kind_of(id) != tile_kind {
             return Err(malformed("a grid whose tiles are of different types"));
@@ -246,7 +247,16 @@ pub fn parse_heif(bytes: &[u8]) -> Result<HeifImage, BmffError> {
             }
             Some(_) => {}
         }
-        tiles.push(data_of(id)?);
+        let data = data_of(id)?;
+        // Tiles are distinct parts of the file: a grid naming one tile
+        // over and over would copy the file once per mention.
+        tile_bytes += data.len();
+        if tile_bytes > bytes.len() {
+            return Err(malformed(
+                "the grid's tiles add up to more bytes than the file holds",
+            ));
+        }
+        tiles.push(data);
     }
     let config = config.expect("at least one tile").to_vec();
     let (tile_width, tile_height) = tile_size.expect("at least one tile");
@@ -457,6 +467,16 @@ fn item_data(location: &Location, file: &[u8], idat: Option<&[u8]>) -> Result<Ve
                     source.len()
                 ))
             })?;
+        // Extents may not add up to more than their source holds: a few
+        // bytes of `iloc` could otherwise ask for the whole file many
+        // times over.
+        if data.len() as u64 + (range.1 - range.0) > source.len() as u64 {
+            return Err(malformed(format!(
+                "item {}'s extents add up to more than the {} bytes they are in",
+                location.id,
+                source.len()
+            )));
+        }
         data.extend_from_slice(&source[range.0 as usize..range.1 as usize]);
     }
     Ok(data)

@@ -15,7 +15,25 @@ pub enum Codec {
 /// A tile of one colour (an ffmpeg colour name or 0xRRGGBB), `size` × `size`,
 /// coded by ffmpeg: HEVC in Annex B, AV1 as low-overhead OBUs.
 pub fn tile(codec: Codec, colour: &str, size: u32) -> Vec<u8> {
-    let source = format!("color=c={colour}:s={size}x{size}:d=1");
+    coded(
+        codec,
+        &format!("color=c={colour}:s={size}x{size}:d=1"),
+        colour,
+        size,
+    )
+}
+
+/// A tile of ffmpeg's busy test pattern (far more bytes than a flat one).
+pub fn pattern_tile(codec: Codec, size: u32) -> Vec<u8> {
+    coded(
+        codec,
+        &format!("testsrc2=s={size}x{size}:d=1"),
+        "pattern",
+        size,
+    )
+}
+
+fn coded(codec: Codec, source: &str, colour: &str, size: u32) -> Vec<u8> {
     let (name, args): (String, Vec<&str>) = match codec {
         Codec::Hevc => (
             format!("{colour}-{size}.hevc"),
@@ -44,7 +62,7 @@ pub fn tile(codec: Codec, colour: &str, size: u32) -> Vec<u8> {
             ],
         ),
     };
-    let mut all = vec!["-f", "lavfi", "-i", &source, "-frames:v", "1"];
+    let mut all = vec!["-f", "lavfi", "-i", source, "-frames:v", "1"];
     all.extend(args);
     std::fs::read(clip(&name, &all)).unwrap()
 }
