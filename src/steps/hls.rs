@@ -562,6 +562,35 @@ pub fn ffmpeg_env(scratch: &Path) -> Vec<(&'static str, std::ffi::OsString)> {
     ]
 }
 
+/// Starts ffmpeg as every step runs it: in a cleared environment
+/// ([`ffmpeg_env`]) with `scratch` as its working directory, `stdin` as
+/// given, stdout and stderr piped, and killed if the returned child is
+/// dropped (a handler that gives up on the job drops the future holding
+/// it: ffmpeg must not outlive it).
+pub fn spawn_ffmpeg(
+    ffmpeg: &Path,
+    args: &[String],
+    scratch: &Path,
+    stdin: Stdio,
+) -> Result<tokio::process::Child, StepError> {
+    tokio::process::Command::new(ffmpeg)
+        .args(args)
+        .env_clear()
+        .envs(ffmpeg_env(scratch))
+        .current_dir(scratch)
+        .stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| {
+            StepError::Failed(format!(
+                "cannot run ffmpeg ({}): {e}; set {ENV_FFMPEG} or add the ffmpeg layer",
+                ffmpeg.display()
+            ))
+        })
+}
+
 /// Runs ffmpeg to completion in a cleared environment ([`ffmpeg_env`]),
 /// logging its progress; kills it [`STOP_BEFORE_DEADLINE`] before the
 /// invocation's `time_left` runs out.
@@ -575,24 +604,7 @@ async fn run_ffmpeg(
 ) -> Result<(), StepError> {
     let stop_at = time_left
         .map(|left| tokio::time::Instant::now() + left.saturating_sub(STOP_BEFORE_DEADLINE));
-    let mut child = tokio::process::Command::new(ffmpeg)
-        .args(args)
-        .env_clear()
-        .envs(ffmpeg_env(scratch))
-        .current_dir(scratch)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // A handler that gives up on the job drops this future: ffmpeg
-        // must not outlive it.
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| {
-            StepError::Failed(format!(
-                "cannot run ffmpeg ({}): {e}; set {ENV_FFMPEG} or add the ffmpeg layer",
-                ffmpeg.display()
-            ))
-        })?;
+    let mut child = spawn_ffmpeg(ffmpeg, args, scratch, Stdio::null())?;
     let stdout = child.stdout.take().expect("piped stdout");
     let mut stderr = child.stderr.take().expect("piped stderr");
     // ffmpeg's errors, kept for the job's error message.

@@ -1,7 +1,8 @@
 //! ffmpeg for the image formats `image` cannot read or write (HEIC and
-//! AVIF tiles in, AVIF out): the pinned build hls-package runs, in its own
-//! process with a cleared environment (`hls::ffmpeg_env`), its input on a
-//! pipe, stopped before the invocation's deadline.
+//! AVIF tiles in, AVIF out): the pinned build hls-package runs, started as
+//! hls-package starts it (`hls::spawn_ffmpeg`: a cleared environment,
+//! killed with its job), its input on a pipe, stopped before the
+//! invocation's deadline.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::step::StepError;
-use crate::steps::hls::{ffmpeg_env, ENV_FFMPEG, STOP_BEFORE_DEADLINE};
+use crate::steps::hls::{spawn_ffmpeg, STOP_BEFORE_DEADLINE};
 
 /// Why a run gave nothing usable.
 pub enum Failure {
@@ -33,24 +34,7 @@ pub async fn run(
     expected: usize,
     time_left: Option<Duration>,
 ) -> Result<Vec<u8>, Failure> {
-    let mut child = tokio::process::Command::new(ffmpeg)
-        .args(args)
-        .env_clear()
-        .envs(ffmpeg_env(dir))
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // A handler that gives up on the job drops this future: ffmpeg
-        // must not outlive it.
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| {
-            Failure::Step(StepError::Failed(format!(
-                "cannot run ffmpeg ({}): {e}; set {ENV_FFMPEG} or add the ffmpeg layer",
-                ffmpeg.display()
-            )))
-        })?;
+    let mut child = spawn_ffmpeg(ffmpeg, args, dir, Stdio::piped()).map_err(Failure::Step)?;
     let mut stdin = child.stdin.take().expect("piped stdin");
     let stdout = child.stdout.take().expect("piped stdout");
     let mut stderr = child.stderr.take().expect("piped stderr");
