@@ -72,20 +72,29 @@ pub async fn decode(
         }
         super::ffmpeg::Failure::Step(e) => e,
     })?;
+    // Laying out, turning and converting 12 MP is CPU work: off the async
+    // runtime's threads.
+    tokio::task::spawn_blocking(move || picture(&heif, &pixels, deep))
+        .await
+        .map_err(|e| StepError::Failed(format!("HEIF picture task failed: {e}")))
+}
+
+/// The decoded tiles as one upright sRGB picture.
+fn picture(heif: &HeifImage, pixels: &[u8], deep: bool) -> DynamicImage {
     let image = if deep {
         let samples: Vec<u16> = pixels
             .chunks_exact(2)
             .map(|b| u16::from_le_bytes([b[0], b[1]]))
             .collect();
-        ImageBuffer::<Rgb<u16>, _>::from_raw(heif.width, heif.height, assemble(&heif, &samples))
+        ImageBuffer::<Rgb<u16>, _>::from_raw(heif.width, heif.height, assemble(heif, &samples))
             .map(DynamicImage::ImageRgb16)
     } else {
-        ImageBuffer::<Rgb<u8>, _>::from_raw(heif.width, heif.height, assemble(&heif, &pixels))
+        ImageBuffer::<Rgb<u8>, _>::from_raw(heif.width, heif.height, assemble(heif, pixels))
             .map(DynamicImage::ImageRgb8)
     }
     .expect("assemble sizes its buffer for the image");
-    let mut image = oriented(image, &heif.transforms);
-    let (converted, conversion) = match (&heif.icc, heif.nclx) {
+    let image = oriented(image, &heif.transforms);
+    let (image, conversion) = match (&heif.icc, heif.nclx) {
         (Some(icc), _) => colour::to_srgb(image, Some(icc)),
         (None, Some(nclx)) => colour::cicp_to_srgb(image, nclx.primaries, nclx.transfer),
         (None, None) => (image, colour::Conversion::Untagged),
@@ -93,8 +102,7 @@ pub async fn decode(
     if let colour::Conversion::Ignored(why) = conversion {
         tracing::warn!(problem = %why, "the image's colour profile was ignored; taken as sRGB");
     }
-    image = converted;
-    Ok(image)
+    image
 }
 
 /// The tiles as one stream ffmpeg's raw demuxer reads, one picture each:
