@@ -14,21 +14,26 @@ use crate::step::StepError;
 /// before decoding it, and turns it upright by its EXIF orientation.
 pub fn decode(bytes: &[u8], max_pixels: u64) -> Result<DynamicImage, StepError> {
     match open(bytes, max_pixels)? {
-        Opened::Jpeg(jpeg) => decode_jpeg(bytes, &jpeg, jpeg.width, jpeg.height),
+        Opened::Jpeg(jpeg) => {
+            let (w, h) = (jpeg.width, jpeg.height);
+            decode_jpeg(jpeg, w, h)
+        }
         Opened::Other(header) => decode_opened(header),
     }
 }
 
 /// An image's header, read and checked: a format this build decodes, no
 /// more than `max_pixels` declared. Nothing is decoded yet.
-enum Opened<D> {
+enum Opened<'a, D> {
     /// JPEG: decoded by jpeg-decoder, at a DCT scale when that is enough.
-    Jpeg(JpegHeader),
+    Jpeg(Box<JpegHeader<'a>>),
     /// The other formats, by `image`'s decoders.
     Other(Header<D>),
 }
 
-struct JpegHeader {
+struct JpegHeader<'a> {
+    /// The decoder that read the header: it decodes the pixels too.
+    decoder: jpeg_decoder::Decoder<Cursor<&'a [u8]>>,
     width: u32,
     height: u32,
     orientation: Orientation,
@@ -47,7 +52,7 @@ fn jpeg_failed(e: jpeg_decoder::Error) -> StepError {
     StepError::Unprocessable(format!("undecodable image: {e}"))
 }
 
-fn open(bytes: &[u8], max_pixels: u64) -> Result<Opened<impl ImageDecoder + '_>, StepError> {
+fn open(bytes: &[u8], max_pixels: u64) -> Result<Opened<'_, impl ImageDecoder + '_>, StepError> {
     let reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|e| StepError::Unprocessable(format!("undecodable image: {e}")))?;
@@ -65,11 +70,12 @@ fn open(bytes: &[u8], max_pixels: u64) -> Result<Opened<impl ImageDecoder + '_>,
             .exif_data()
             .and_then(Orientation::from_exif_chunk)
             .unwrap_or(Orientation::NoTransforms);
-        return Ok(Opened::Jpeg(JpegHeader {
+        return Ok(Opened::Jpeg(Box::new(JpegHeader {
+            decoder,
             width,
             height,
             orientation,
-        }));
+        })));
     }
     let mut decoder = reader.into_decoder().map_err(undecodable)?;
     let (width, height) = decoder.dimensions();
@@ -84,19 +90,18 @@ fn open(bytes: &[u8], max_pixels: u64) -> Result<Opened<impl ImageDecoder + '_>,
 /// A JPEG at the smallest DCT scale that gives `need_w` × `need_h` (its
 /// full size at most), in sRGB and upright.
 fn decode_jpeg(
-    bytes: &[u8],
-    header: &JpegHeader,
+    header: Box<JpegHeader>,
     need_w: u32,
     need_h: u32,
 ) -> Result<DynamicImage, StepError> {
-    let mut image = decode_jpeg_dct(bytes, need_w.min(header.width), need_h.min(header.height))?
-        .ok_or_else(|| {
-            StepError::Unprocessable(
-                "undecodable image: a JPEG of 16-bit samples, which this build does not read"
-                    .into(),
-            )
-        })?;
-    image.apply_orientation(header.orientation);
+    let (need_w, need_h) = (need_w.min(header.width), need_h.min(header.height));
+    let orientation = header.orientation;
+    let mut image = decode_jpeg_dct(header.decoder, need_w, need_h)?.ok_or_else(|| {
+        StepError::Unprocessable(
+            "undecodable image: a JPEG of 16-bit samples, which this build does not read".into(),
+        )
+    })?;
+    image.apply_orientation(orientation);
     Ok(image)
 }
 
@@ -214,7 +219,7 @@ pub fn decode_for(
     } else {
         (need_w, need_h)
     };
-    let image = decode_jpeg(bytes, &jpeg, need_w, need_h)?;
+    let image = decode_jpeg(jpeg, need_w, need_h)?;
     if image.width() == w {
         return Ok((image, plans));
     }
@@ -238,22 +243,19 @@ pub fn decode_for(
 /// `None` when no scale is. CMYK and YCCK come out as inks and go through
 /// the image's CMYK profile (`colour::cmyk_to_srgb`).
 fn decode_jpeg_dct(
-    bytes: &[u8],
+    mut decoder: jpeg_decoder::Decoder<Cursor<&[u8]>>,
     need_w: u32,
     need_h: u32,
 ) -> Result<Option<DynamicImage>, StepError> {
-    let failed =
-        |e: jpeg_decoder::Error| StepError::Unprocessable(format!("undecodable image: {e}"));
-    let mut decoder = jpeg_decoder::Decoder::new(Cursor::new(bytes));
     let clamp = |n: u32| n.clamp(1, u16::MAX as u32) as u16;
     let (w, h) = decoder
         .scale(clamp(need_w), clamp(need_h))
-        .map_err(failed)?;
+        .map_err(jpeg_failed)?;
     let (w, h) = (w as u32, h as u32);
     if w < need_w || h < need_h {
         return Ok(None);
     }
-    let pixels = decoder.decode().map_err(failed)?;
+    let pixels = decoder.decode().map_err(jpeg_failed)?;
     let format = decoder.info().map(|info| info.pixel_format);
     let icc = decoder.icc_profile();
     let image = match format {
