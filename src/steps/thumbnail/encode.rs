@@ -98,7 +98,7 @@ fn encode_jpeg(
     // component, and zune-jpeg (the `image` crate's JPEG decoder, 0.5.15)
     // misreads such 4:2:0 files (SSIM 0.24 against libjpeg-turbo's decode
     // of the same bytes): browsers would cope, Rust services would not.
-    // `huffman::optimize` re-codes the one interleaved scan instead.
+    // `jpeg::optimize` re-codes the one interleaved scan instead.
     encoder.set_progressive(progressive);
     encoder
         .encode(rgb.as_raw(), w, h, ColorType::Rgb)
@@ -106,7 +106,7 @@ fn encode_jpeg(
     if !progressive {
         // Same pixels, ~5-6% fewer bytes; `None` (keep it) only if the
         // file is not the shape jpeg-encoder writes.
-        if let Some(optimized) = super::huffman::optimize(out) {
+        if let Some(optimized) = super::jpeg::optimize::optimize(out) {
             *out = optimized;
         }
     }

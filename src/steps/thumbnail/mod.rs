@@ -1,13 +1,15 @@
 //! `thumbnail`: resized copies of an image, deterministic to the byte.
 //!
-//! Decodes JPEG, PNG, WebP, GIF (the first frame) and TIFF with the `image`
-//! crate (zune-jpeg for JPEG; a JPEG much larger than its outputs is decoded
-//! at reduced scale by `jpeg-decoder`), honours EXIF orientation, checks the declared
-//! dimensions against `MEDIAONCE_MAX_PIXELS` before decoding a pixel (a
-//! decompression bomb fails the job, and counts towards the attempts cap),
-//! converts pixels tagged with an ICC profile to sRGB (`colour`), resizes
-//! with `fast_image_resize` (SIMD convolution, Lanczos3, alpha
-//! premultiplied), and encodes JPEG, PNG or lossy WebP (`encode`).
+//! Decodes JPEG with `jpeg-decoder` (a JPEG much larger than its outputs
+//! at 1/2, 1/4 or 1/8 scale through its DCT, by `jpeg::scaled` when the
+//! file is of the common shape), PNG, WebP, GIF (the first frame) and TIFF
+//! with the `image` crate, and HEIC and AVIF through ffmpeg (`heif`);
+//! honours EXIF orientation, checks the declared dimensions against
+//! `MEDIAONCE_MAX_PIXELS` before decoding a pixel (a decompression bomb
+//! fails the job, and counts towards the attempts cap), converts pixels
+//! tagged with an ICC profile to sRGB (`colour`), resizes with
+//! `fast_image_resize` (SIMD convolution, Lanczos3, alpha premultiplied),
+//! and encodes JPEG, PNG, lossy WebP or AVIF (`encode`, `avif`).
 //!
 //! Params:
 //! - `widths`: target widths, e.g. `[320, 1280]`, aspect ratio kept; or
@@ -38,7 +40,7 @@ mod decode;
 mod encode;
 mod ffmpeg;
 mod heif;
-mod huffman;
+mod jpeg;
 mod resize16;
 
 pub use decode::{decode, decode_for};

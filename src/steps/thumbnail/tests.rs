@@ -207,6 +207,47 @@ fn a_jpeg_shrinks_on_load_upright_and_close_to_a_full_decode() {
 }
 
 #[test]
+fn shrink_on_load_gives_jpeg_decoders_pixels_at_every_scale() {
+    // A busy 4:2:0 picture (the encoder's default), as camera JPEGs are.
+    let busy = RgbaImage::from_fn(410, 300, |x, y| {
+        let n = (x * 7919 + y * 104_729) % 61;
+        Rgba([
+            (x % 256) as u8,
+            (y % 190 + n) as u8,
+            ((x + y) % 190) as u8,
+            255,
+        ])
+    });
+    let jpeg = encoded(&busy, image::ImageFormat::Jpeg);
+    // 40 px: 1/8 (52 wide); 80 px: 1/4 (103); 150 px: 1/2 (205).
+    for (width, eighths) in [(40, 1u16), (80, 2), (150, 4)] {
+        let wanted = params(json!({ "widths": [width] }));
+        let (image, _) = decode_for(&jpeg, 1_000_000, &wanted).unwrap();
+        let mut reference = jpeg_decoder::Decoder::new(Cursor::new(&jpeg[..]));
+        reference.read_info().unwrap();
+        let (w, h) = reference
+            .scale((410 * eighths).div_ceil(8), (300 * eighths).div_ceil(8))
+            .unwrap();
+        let expected = reference.decode().unwrap();
+        assert_eq!(
+            (image.width(), image.height()),
+            (w as u32, h as u32),
+            "at {eighths}/8"
+        );
+        let ours = image.to_rgb8();
+        // Within one level: jpeg-decoder's SIMD colour conversion rounds
+        // differently from its scalar one, which jpeg::scaled follows.
+        let worst = ours
+            .as_raw()
+            .iter()
+            .zip(&expected)
+            .map(|(a, b)| a.abs_diff(*b))
+            .max();
+        assert!(worst <= Some(1), "at {eighths}/8: off by {worst:?}");
+    }
+}
+
+#[test]
 fn a_bomb_is_refused_before_decoding_and_junk_is_undecodable() {
     let err = decode(&png_bomb(20_000, 20_000), 100_000_000)
         .unwrap_err()

@@ -15,6 +15,9 @@
 //! restart markers); anything else comes back unchanged (`None`), so a
 //! surprise costs bytes, never a broken image.
 
+use super::entropy::{Bits, Huffman};
+use super::syntax::{huffman_tables, Frame, Segments};
+
 /// A Huffman table as a JPEG's DHT stores it: code counts per length
 /// (1 to 16) and the symbols in code order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,84 +43,6 @@ impl Table {
             code <<= 1;
         }
         codes
-    }
-}
-
-/// Canonical decoding by length: for each length, the first code, how many
-/// there are, and where their symbols start.
-struct Decoder {
-    first: [i32; 17],
-    count: [i32; 17],
-    offset: [usize; 17],
-    symbols: Vec<u8>,
-}
-
-impl Decoder {
-    fn new(table: &Table) -> Self {
-        let (mut first, mut count, mut offset) = ([0i32; 17], [0i32; 17], [0usize; 17]);
-        let (mut code, mut k) = (0i32, 0usize);
-        for len in 1..=16 {
-            let n = table.counts[len - 1] as i32;
-            first[len] = code;
-            count[len] = n;
-            offset[len] = k;
-            code = (code + n) << 1;
-            k += n as usize;
-        }
-        Decoder {
-            first,
-            count,
-            offset,
-            symbols: table.symbols.clone(),
-        }
-    }
-
-    fn decode(&self, bits: &mut BitReader) -> Option<u8> {
-        let mut code = 0i32;
-        for len in 1..=16 {
-            code = (code << 1) | bits.bit()? as i32;
-            let index = code - self.first[len];
-            if index >= 0 && index < self.count[len] {
-                return self.symbols.get(self.offset[len] + index as usize).copied();
-            }
-        }
-        None
-    }
-}
-
-/// Bits of entropy-coded data, byte stuffing (0xFF 0x00) undone.
-struct BitReader<'a> {
-    data: &'a [u8],
-    at: usize,
-    byte: u8,
-    left: u8,
-}
-
-impl<'a> BitReader<'a> {
-    fn bit(&mut self) -> Option<u8> {
-        if self.left == 0 {
-            let byte = *self.data.get(self.at)?;
-            self.at += 1;
-            if byte == 0xFF {
-                // Stuffed zero, else a marker: no restart markers here.
-                if self.data.get(self.at) != Some(&0) {
-                    return None;
-                }
-                self.at += 1;
-            }
-            self.byte = byte;
-            self.left = 8;
-        }
-        self.left -= 1;
-        Some((self.byte >> self.left) & 1)
-    }
-
-    fn bits(&mut self, n: u8) -> Option<u16> {
-        let mut v = 0u16;
-        for _ in 0..n {
-            v = (v << 1) | self.bit()? as u16;
-        }
-        Some(v)
     }
 }
 
@@ -165,137 +90,60 @@ struct Token {
     extra: u16,
 }
 
-struct Component {
-    id: u8,
-    h: u8,
-    v: u8,
-    dc: u8,
-    ac: u8,
-}
-
 /// The JPEG with optimal Huffman tables, or `None` if it is not a baseline
 /// file of the shape jpeg-encoder writes (then keep the original).
-pub fn optimize(jpeg: &[u8]) -> Option<Vec<u8>> {
-    if jpeg.get(0..2)? != [0xFF, 0xD8] {
-        return None;
-    }
-    let mut at = 2;
+pub(in crate::steps::thumbnail) fn optimize(jpeg: &[u8]) -> Option<Vec<u8>> {
+    let mut segments = Segments::new(jpeg)?;
     let mut kept: Vec<&[u8]> = Vec::new();
-    let mut tables: [Option<Table>; 8] = Default::default();
-    let mut frame: Option<(u16, u16, Vec<Component>)> = None;
-    let (scan_header, data_start) = loop {
-        if jpeg.get(at)? != &0xFF {
-            return None;
-        }
-        let marker = *jpeg.get(at + 1)?;
-        let len = u16::from_be_bytes([*jpeg.get(at + 2)?, *jpeg.get(at + 3)?]) as usize;
-        let segment = jpeg.get(at..at + 2 + len)?;
-        let body = &segment[4..];
-        match marker {
+    let mut tables: [Option<Huffman>; 8] = Default::default();
+    let mut frame: Option<Frame> = None;
+    let scan_header = loop {
+        let segment = segments.next_segment()?;
+        match segment.marker {
             // SOF0 only: baseline.
-            0xC0 => {
-                // 8-bit samples only.
-                if body.first()? != &8 {
-                    return None;
-                }
-                let height = u16::from_be_bytes([*body.get(1)?, *body.get(2)?]);
-                let width = u16::from_be_bytes([*body.get(3)?, *body.get(4)?]);
-                let n = *body.get(5)? as usize;
-                let mut components = Vec::with_capacity(n);
-                for i in 0..n {
-                    let c = body.get(6 + 3 * i..9 + 3 * i)?;
-                    components.push(Component {
-                        id: c[0],
-                        h: c[1] >> 4,
-                        v: c[1] & 15,
-                        dc: 0,
-                        ac: 0,
-                    });
-                }
-                frame = Some((width, height, components));
-                kept.push(segment);
+            0xC0 if frame.is_none() => {
+                frame = Some(Frame::parse(segment.body)?);
+                kept.push(segment.bytes);
             }
-            0xC1..=0xC3 | 0xC5..=0xC7 | 0xC9..=0xCB | 0xCD..=0xCF | 0xDD => return None,
+            0xC0..=0xC3 | 0xC5..=0xCF | 0xDC | 0xDD => return None,
             0xC4 => {
-                let mut rest = body;
-                while !rest.is_empty() {
-                    let class_id = rest[0];
-                    let (class, id) = (class_id >> 4, class_id & 15);
-                    if class > 1 || id > 3 {
-                        return None;
-                    }
-                    let counts: [u8; 16] = rest.get(1..17)?.try_into().ok()?;
-                    let n: usize = counts.iter().map(|&c| c as usize).sum();
-                    let symbols = rest.get(17..17 + n)?.to_vec();
-                    tables[(class * 4 + id) as usize] = Some(Table { counts, symbols });
-                    rest = &rest[17 + n..];
+                for spec in huffman_tables(segment.body)? {
+                    tables[spec.index] = Some(Huffman::new(&spec)?);
                 }
             }
-            0xDA => break (segment, at + 2 + len),
-            _ => kept.push(segment),
+            0xDA => break segment,
+            _ => kept.push(segment.bytes),
         }
-        at += 2 + len;
     };
-    let (width, height, mut components) = frame?;
-    // The scan: every component, interleaved, Ss 0, Se 63, Ah/Al 0.
-    let body = &scan_header[4..];
-    let n = *body.first()? as usize;
-    if n != components.len() || body.get(1 + 2 * n..4 + 2 * n)? != [0, 63, 0] {
-        return None;
-    }
-    for i in 0..n {
-        let (id, tables) = (body[1 + 2 * i], body[2 + 2 * i]);
-        let component = components.get_mut(i).filter(|c| c.id == id)?;
-        component.dc = tables >> 4;
-        component.ac = tables & 15;
-        if component.dc > 3 || component.ac > 3 {
-            return None;
-        }
-    }
-    let decoders: Vec<Option<Decoder>> = tables
-        .iter()
-        .map(|t| t.as_ref().map(Decoder::new))
-        .collect();
-    let (hmax, vmax) = (
-        components.iter().map(|c| c.h).max()? as usize,
-        components.iter().map(|c| c.v).max()? as usize,
-    );
-    if hmax == 0 || vmax == 0 {
-        return None;
-    }
-    let mcus_x = (width as usize).div_ceil(8 * hmax);
-    let mcus_y = (height as usize).div_ceil(8 * vmax);
-    let mut bits = BitReader {
-        data: jpeg.get(data_start..)?,
-        at: 0,
-        byte: 0,
-        left: 0,
-    };
-    let blocks: usize = components.iter().map(|c| (c.h * c.v) as usize).sum();
+    let mut frame = frame?;
+    frame.read_scan(scan_header.body)?;
+    let mut bits = Bits::new(jpeg.get(segments.at..)?);
+    let (mcus_x, mcus_y) = frame.mcus();
+    let blocks: usize = frame.components.iter().map(|c| c.h * c.v).sum();
     let mut tokens = Vec::with_capacity(mcus_x * mcus_y * blocks * 8);
     for _ in 0..mcus_x * mcus_y {
-        for c in &components {
-            let dc = decoders[c.dc as usize].as_ref()?;
-            let ac = decoders[4 + c.ac as usize].as_ref()?;
-            for _ in 0..c.h as usize * c.v as usize {
+        for c in &frame.components {
+            let dc = tables[c.dc].as_ref()?;
+            let ac = tables[c.ac].as_ref()?;
+            for _ in 0..c.h * c.v {
                 let size = dc.decode(&mut bits)?;
                 if size > 11 {
                     return None;
                 }
                 tokens.push(Token {
-                    table: c.dc,
+                    table: c.dc as u8,
                     symbol: size,
-                    extra: bits.bits(size)?,
+                    extra: bits.receive(size as u32),
                 });
                 let mut k = 1;
                 while k < 64 {
                     let rs = ac.decode(&mut bits)?;
                     let (run, size) = (rs >> 4, rs & 15);
-                    let extra = bits.bits(size)?;
+                    bits.fill();
                     tokens.push(Token {
-                        table: 4 + c.ac,
+                        table: c.ac as u8,
                         symbol: rs,
-                        extra,
+                        extra: bits.receive(size as u32),
                     });
                     if size == 0 {
                         if run == 15 {
@@ -313,8 +161,7 @@ pub fn optimize(jpeg: &[u8]) -> Option<Vec<u8>> {
         }
     }
     // After the scan: padding, then EOI.
-    let end = data_start + bits.at;
-    if jpeg.get(end..)? != [0xFF, 0xD9] {
+    if !bits.at_end_of_image() {
         return None;
     }
 
@@ -357,7 +204,7 @@ pub fn optimize(jpeg: &[u8]) -> Option<Vec<u8>> {
     out.extend_from_slice(&[0xFF, 0xC4]);
     out.extend_from_slice(&((dht.len() + 2) as u16).to_be_bytes());
     out.extend_from_slice(&dht);
-    out.extend_from_slice(scan_header);
+    out.extend_from_slice(scan_header.bytes);
     out.extend_from_slice(&data);
     out.extend_from_slice(&[0xFF, 0xD9]);
     Some(out)
