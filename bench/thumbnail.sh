@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Thumbnails of two 12-megapixel JPEGs (a grainy "photo" and a "smooth"
-# one) to 320 px and 1280 px wide: mediaonce's
-# thumbnail code (examples/thumbnail.rs, release build) against libvips'
-# vipsthumbnail and ImageMagick's convert -thumbnail, on the same file in the
-# same run, as JPEG and as WebP at quality 82. Wall time is the median of
-# RUNS runs; peak memory is the largest maximum resident set size seen;
-# bytes and SSIM (against a lossless Lanczos reference) say what the output
-# costs to serve and how close it is. Ratios are mediaonce / other: below 1
-# is mediaonce faster or smaller.
+# one) to 320 px and 1280 px wide: mediaonce's thumbnail code
+# (examples/thumbnail.rs, release build) against libvips' vipsthumbnail
+# and ImageMagick's convert -thumbnail, on the same file in the same run,
+# as JPEG and as WebP at quality 82, the tools taking turns run by run.
+# Wall time is the median of RUNS runs; peak memory is the largest maximum
+# resident set size seen; bytes and SSIM (against a lossless Lanczos
+# reference) say what the output costs to serve and how close it is.
+# Ratios are mediaonce / other: below 1 is mediaonce faster or smaller.
 #
 #   bench/thumbnail.sh            RUNS=9 by default
 #
@@ -45,16 +45,19 @@ if [ ! -f "$photo" ]; then
 fi
 echo "$runs runs each; $(nproc) cores, $(uname -m)"
 
-# measure NAME COMMAND...: prints "median_seconds peak_kib".
-measure() {
-  local times=() peak=0 t m
-  for _ in $(seq "$runs"); do
-    /usr/bin/time -f '%e %M' -o "$work/time.txt" "$@" >/dev/null 2>&1
-    read -r t m < "$work/time.txt"
-    times+=("$t")
-    [ "$m" -gt "$peak" ] && peak=$m
-  done
-  printf '%s %s\n' "$(printf '%s\n' "${times[@]}" | sort -n | sed -n "$(( (runs + 1) / 2 ))p")" "$peak"
+# once FILE COMMAND...: runs the command once and appends "seconds kib"
+# to FILE. The tools take turns, run by run, so that a slow minute on a
+# shared machine slows each of them alike instead of one.
+once() {
+  local file=$1
+  shift
+  /usr/bin/time -f '%e %M' -o "$work/time.txt" "$@" >/dev/null 2>&1
+  cat "$work/time.txt" >> "$file"
+}
+# summary FILE: prints "median_seconds peak_kib" of the runs in FILE.
+summary() {
+  printf '%s %s\n' "$(cut -d' ' -f1 "$1" | sort -n | sed -n "$(( (runs + 1) / 2 ))p")" \
+    "$(cut -d' ' -f2 "$1" | sort -n | tail -1)"
 }
 
 # Quality: each output is compared with a reference downscale of the same
@@ -76,9 +79,15 @@ for name in photo smooth; do
     /usr/bin/convert "$in" -filter Lanczos -resize "${width}x" "$reference"
     for fmt in jpeg webp; do
       ext=${fmt/jpeg/jpg}
-      read -r t_ours m_ours < <(measure "$ours" "$in" "$width" "$work/ours-$name-$width.$ext" "$fmt" 82)
-      read -r t_vips m_vips < <(measure vipsthumbnail "$in" -s "${width}x" -o "$PWD/$work/vips-$name-$width.$ext[Q=82,strip]")
-      read -r t_im m_im < <(measure /usr/bin/convert "$in" -thumbnail "${width}x" -quality 82 "$work/im-$name-$width.$ext")
+      rm -f "$work"/runs-*.txt
+      for _ in $(seq "$runs"); do
+        once "$work/runs-ours.txt" "$ours" "$in" "$width" "$work/ours-$name-$width.$ext" "$fmt" 82
+        once "$work/runs-vips.txt" vipsthumbnail "$in" -s "${width}x" -o "$PWD/$work/vips-$name-$width.$ext[Q=82,strip]"
+        once "$work/runs-im.txt" /usr/bin/convert "$in" -thumbnail "${width}x" -quality 82 "$work/im-$name-$width.$ext"
+      done
+      read -r t_ours m_ours < <(summary "$work/runs-ours.txt")
+      read -r t_vips m_vips < <(summary "$work/runs-vips.txt")
+      read -r t_im m_im < <(summary "$work/runs-im.txt")
       for row in "mediaonce ours $t_ours $m_ours" "vipsthumbnail vips $t_vips $m_vips" "imagemagick im $t_im $m_im"; do
         set -- $row
         out=$work/$2-$name-$width.$ext

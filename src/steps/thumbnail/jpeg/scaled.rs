@@ -181,15 +181,19 @@ impl Header {
                 .flat_map(|row| &row[..width])
                 .copied()
                 .collect()
+        } else if self.rgb {
+            self.rows(planes, eighths, |[r, g, b], out| {
+                for (x, px) in out.chunks_exact_mut(3).enumerate() {
+                    px.copy_from_slice(&[r[x], g[x], b[x]]);
+                }
+            })
         } else {
-            let mut pixels = self.upsampled(planes, eighths);
-            if !self.rgb {
-                for px in pixels.chunks_exact_mut(3) {
-                    let (r, g, b) = ycbcr_to_rgb(px[0], px[1], px[2]);
+            self.rows(planes, eighths, |[y, cb, cr], out| {
+                for (x, px) in out.chunks_exact_mut(3).enumerate() {
+                    let (r, g, b) = ycbcr_to_rgb(y[x], cb[x], cr[x]);
                     px.copy_from_slice(&[r, g, b]);
                 }
-            }
-            pixels
+            })
         };
         Scaled {
             width: width as u32,
@@ -199,22 +203,33 @@ impl Header {
         }
     }
 
-    /// The three channels, upsampled and interleaved, not converted
-    /// (jpeg-decoder's `ColorTransform::None`).
-    fn upsampled(&self, planes: &[Vec<u8>], eighths: usize) -> Vec<u8> {
+    /// The three channels' rows, upsampled, each handed to `write` with
+    /// the output row (three bytes a pixel) it fills.
+    fn rows(
+        &self,
+        planes: &[Vec<u8>],
+        eighths: usize,
+        mut write: impl FnMut([&[u8]; 3], &mut [u8]),
+    ) -> Vec<u8> {
         let width = (self.frame.width * eighths).div_ceil(8);
         let height = (self.frame.height * eighths).div_ceil(8);
         let (hmax, vmax) = self.frame.max_sampling();
+        let channels: Vec<(Plane, usize, usize)> = (0..3)
+            .map(|i| {
+                let c = &self.frame.components[i];
+                (self.plane(planes, i, eighths), hmax / c.h, vmax / c.v)
+            })
+            .collect();
         let mut lines = vec![vec![0u8; width + 2 * hmax]; 3];
         let mut pixels = vec![0u8; width * height * 3];
         for (row, out) in pixels.chunks_exact_mut(width * 3).enumerate() {
-            for (i, c) in self.frame.components.iter().enumerate() {
-                let plane = self.plane(planes, i, eighths);
-                plane.upsample_row(hmax / c.h, vmax / c.v, row, width, &mut lines[i]);
+            for ((plane, h, v), line) in channels.iter().zip(lines.iter_mut()) {
+                plane.upsample_row(*h, *v, row, width, line);
             }
-            for (x, px) in out.chunks_exact_mut(3).enumerate() {
-                px.copy_from_slice(&[lines[0][x], lines[1][x], lines[2][x]]);
-            }
+            write(
+                [&lines[0][..width], &lines[1][..width], &lines[2][..width]],
+                out,
+            );
         }
         pixels
     }
@@ -500,7 +515,11 @@ mod tests {
             let planes = planes(file, &header, n).expect(case);
             let (w, _, expected) = reference(file, eighths, Some(ColorTransform::None));
             let ours: Vec<u8> = header
-                .upsampled(&planes, n)
+                .rows(&planes, n, |[a, b, c], out| {
+                    for (x, px) in out.chunks_exact_mut(3).enumerate() {
+                        px.copy_from_slice(&[a[x], b[x], c[x]]);
+                    }
+                })
                 .chunks(3 * w as usize)
                 .flat_map(|row| (0..3).flat_map(move |c| row.iter().skip(c).step_by(3)))
                 .copied()
