@@ -18,8 +18,12 @@ fn main() -> ExitCode {
     }
     let (input, width, output) = (&args[0], &args[1], &args[2]);
     let format = args.get(3).map(String::as_str).unwrap_or("jpeg");
-    let quality = args.get(4).map(String::as_str).unwrap_or("82");
-    let params = serde_json::json!({"widths": [width.parse::<u64>().unwrap_or(0)], "format": format, "quality": quality.parse::<u64>().unwrap_or(0)});
+    let mut params =
+        serde_json::json!({"widths": [width.parse::<u64>().unwrap_or(0)], "format": format});
+    // PNG has no quality; the lossy formats default to the step's 82.
+    if let Some(quality) = args.get(4) {
+        params["quality"] = quality.parse::<u64>().unwrap_or(0).into();
+    }
     let params = match ThumbnailParams::parse(params.as_object().expect("an object")) {
         Ok(params) => params,
         Err(problem) => {

@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::heif::{heif, pattern_tile, tile, Codec, Display};
-use common::media::ffmpeg;
+use common::heif::{alpha_tile, heif, pattern_tile, tile, Codec, Display};
+use common::media::{clip, ffmpeg};
 use mediaonce::step::StepError;
 use mediaonce::steps::thumbnail::{decode_heif, DEFAULT_MAX_PIXELS};
 
@@ -279,4 +279,125 @@ async fn a_grid_naming_one_tile_over_and_over_is_refused_before_copying_it() {
         message.contains("more bytes than the file holds"),
         "{message}"
     );
+}
+
+#[tokio::test]
+async fn the_alpha_image_becomes_the_pictures_alpha() {
+    let ffmpeg = ffmpeg();
+    for codec in [Codec::Hevc, Codec::Av1] {
+        // The colour grid's alpha, as a grid of its own: each tile a level.
+        let alpha: Vec<Vec<u8>> = [255, 192, 96, 32]
+            .iter()
+            .map(|&level| alpha_tile(codec, level, 64))
+            .collect();
+        let file = heif(
+            codec,
+            &four_tiles(codec),
+            64,
+            2,
+            (100, 90),
+            &Display {
+                alpha: Some(alpha),
+                ..Display::default()
+            },
+        );
+        let image = decode_heif(&file, DEFAULT_MAX_PIXELS, &ffmpeg, None)
+            .await
+            .unwrap();
+        assert!(image.color().has_alpha(), "{codec:?}: {:?}", image.color());
+        let rgba = image.to_rgba8();
+        for (x, y, colour, level) in [
+            (10, 10, RED, 255),
+            (90, 10, LIME, 192),
+            (10, 80, BLUE, 96),
+            (90, 80, YELLOW, 32),
+        ] {
+            let [r, g, b, a] = rgba.get_pixel(x, y).0;
+            assert!(
+                near([r, g, b], colour, 12),
+                "{codec:?} ({x}, {y}): {:?}",
+                [r, g, b]
+            );
+            assert!(
+                a.abs_diff(level) <= 3,
+                "{codec:?} ({x}, {y}): alpha {a}, want {level}"
+            );
+        }
+    }
+
+    // Premultiplied (`prem`): half-transparent red stored as dark red is
+    // shown red; the same file without `prem` is dark red.
+    for premultiplied in [true, false] {
+        let file = heif(
+            Codec::Av1,
+            &[tile(Codec::Av1, "0x800000", 64)],
+            64,
+            1,
+            (64, 64),
+            &Display {
+                alpha: Some(vec![alpha_tile(Codec::Av1, 128, 64)]),
+                premultiplied,
+                ..Display::default()
+            },
+        );
+        let image = decode_heif(&file, DEFAULT_MAX_PIXELS, &ffmpeg, None)
+            .await
+            .unwrap();
+        let [r, g, b, a] = image.to_rgba8().get_pixel(32, 32).0;
+        let want = if premultiplied { RED } else { [128, 0, 0] };
+        assert!(
+            near([r, g, b], want, 16),
+            "prem {premultiplied}: {:?}",
+            [r, g, b]
+        );
+        assert!(a.abs_diff(128) <= 3, "prem {premultiplied}: alpha {a}");
+    }
+}
+
+/// ffmpeg's AVIF muxer writes an alpha image (a second stream) as libavif
+/// does: a writer other than this repository's test one.
+#[tokio::test]
+async fn an_avif_with_alpha_from_ffmpegs_muxer() {
+    let ffmpeg = ffmpeg();
+    let png = clip(
+        "half-transparent.png",
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "color=c=red:s=96x64:d=1,format=rgba,geq=r=255:g=0:b=0:a='if(lt(X,48),255,64)'",
+            "-frames:v",
+            "1",
+        ],
+    );
+    let avif = clip(
+        "half-transparent.avif",
+        &[
+            "-i",
+            png.to_str().unwrap(),
+            "-filter_complex",
+            "[0:v]split[c][a];[c]format=yuv420p[c1];[a]alphaextract,format=gray[a1]",
+            "-map",
+            "[c1]",
+            "-map",
+            "[a1]",
+            "-c:v",
+            "libaom-av1",
+            "-still-picture",
+            "1",
+            "-cpu-used",
+            "8",
+        ],
+    );
+    let bytes = std::fs::read(avif).unwrap();
+    let image = decode_heif(&bytes, DEFAULT_MAX_PIXELS, &ffmpeg, None)
+        .await
+        .unwrap();
+    assert_eq!((image.width(), image.height()), (96, 64));
+    let rgba = image.to_rgba8();
+    for (x, level) in [(10, 255), (80, 64)] {
+        let [r, g, b, a] = rgba.get_pixel(x, 32).0;
+        assert!(near([r, g, b], RED, 16), "({x}, 32): {:?}", [r, g, b]);
+        assert!(a.abs_diff(level) <= 3, "({x}, 32): alpha {a}, want {level}");
+    }
 }

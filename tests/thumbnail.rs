@@ -175,3 +175,52 @@ async fn avif_outputs_are_encoded_by_ffmpeg_and_read_back() {
         "{got:?}, want about {want:?}"
     );
 }
+
+#[tokio::test]
+async fn an_avif_output_keeps_the_images_transparency() {
+    let ffmpeg = common::media::ffmpeg();
+    let p = Pipeline::new(Options {
+        recipes: Some(
+            r#"[{"step":"thumbnail","version":1,"params":{"widths":[32],"format":"avif","quality":90}}]"#
+                .into(),
+        ),
+        ..Options::default()
+    })
+    .await;
+    // Opaque on the left, a quarter opaque on the right.
+    let image = image::RgbaImage::from_fn(64, 48, |x, _| {
+        image::Rgba([200, 40, 40, if x < 32 { 255 } else { 64 }])
+    });
+    let mut source = Cursor::new(Vec::new());
+    image
+        .write_to(&mut source, image::ImageFormat::Png)
+        .unwrap();
+    p.put("stickers/a.png", source.get_ref(), true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let job = report.jobs().next().unwrap();
+    assert_eq!(job.outcome, Outcome::Ran, "{job:?}");
+    let bytes = p
+        .output(&format!("derived/{}/thumb-32.avif", job.job_key))
+        .await;
+    let thumb = mediaonce::steps::thumbnail::decode_heif(
+        &bytes,
+        mediaonce::steps::thumbnail::DEFAULT_MAX_PIXELS,
+        &ffmpeg,
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(thumb.color().has_alpha(), "{:?}", thumb.color());
+    let thumb = thumb.to_rgba8();
+    for (x, level) in [(4, 255u8), (28, 64)] {
+        let [r, g, b, a] = thumb.get_pixel(x, 12).0;
+        assert!(a.abs_diff(level) <= 4, "({x}, 12): alpha {a}, want {level}");
+        let got = [r, g, b];
+        assert!(
+            got.iter()
+                .zip([200u8, 40, 40])
+                .all(|(&g, w)| g.abs_diff(w) <= 16),
+            "({x}, 12): {got:?}"
+        );
+    }
+}

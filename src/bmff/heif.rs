@@ -7,11 +7,14 @@
 //! (where each item's bytes are: in the file or in `idat`), `iref` `dimg`
 //! (a grid's tiles, in row-major order), `iprp` (`ipco` properties and
 //! their `ipma` associations): `hvcC`/`av1C`, `ispe`, `irot`, `imir`,
-//! `colr` (an ICC profile or nclx code points), `pixi`. A property marked
-//! essential that is not one of these (a clean aperture, `clap`, say) makes
-//! the image unreadable rather than shown wrong, as the standard asks.
-//! Not read: alpha and depth auxiliary images, thumbnails, Exif (HEIF's
-//! `irot`/`imir` are what orient the image, as libheif does).
+//! `colr` (an ICC profile or nclx code points), `pixi`; and the alpha
+//! auxiliary image (`iref` `auxl` to the primary item, `auxC` naming
+//! alpha; `prem` if the colour is premultiplied), a coded image or grid
+//! like the primary. A property marked essential that is not one of these
+//! (a clean aperture, `clap`, say) makes the image unreadable rather than
+//! shown wrong, as the standard asks. Not read: depth auxiliary images,
+//! thumbnails, Exif (HEIF's `irot`/`imir` are what orient the image, as
+//! libheif does).
 
 use super::boxes::{child, children, fourcc, Cursor};
 use super::BmffError;
@@ -54,9 +57,9 @@ pub struct Nclx {
     pub full_range: bool,
 }
 
-/// The primary image of a HEIF file.
+/// A coded image: one coded item, or a grid of them (tiles).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeifImage {
+pub struct Coded {
     pub codec: Codec,
     /// The body of the tiles' `hvcC` or `av1C` (every tile of a grid must
     /// share it).
@@ -73,11 +76,31 @@ pub struct HeifImage {
     /// tiles may reach past it, and are cut).
     pub width: u32,
     pub height: u32,
+    /// Bits per channel (`pixi`, else 8).
+    pub bit_depth: u8,
+}
+
+impl Coded {
+    /// Pixels decoded, the tiles' overhang included.
+    pub fn decoded_pixels(&self) -> u64 {
+        (self.columns as u64 * self.tile_width as u64)
+            * (self.rows as u64 * self.tile_height as u64)
+    }
+}
+
+/// The primary image of a HEIF file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeifImage {
+    /// The colour image.
+    pub picture: Coded,
+    /// Its alpha auxiliary image (`auxl` to the primary item, `auxC` of
+    /// type alpha), the same size; opaque without one.
+    pub alpha: Option<Coded>,
+    /// Whether the colour is premultiplied by the alpha (`prem`).
+    pub premultiplied: bool,
     pub transforms: Vec<Transform>,
     pub icc: Option<Vec<u8>>,
     pub nclx: Option<Nclx>,
-    /// Bits per channel (`pixi`, else 8).
-    pub bit_depth: u8,
 }
 
 /// The brand of a HEIF file (`ftyp`'s major brand, then its compatible
@@ -128,6 +151,226 @@ fn malformed(message: impl Into<String>) -> BmffError {
     BmffError::Malformed(message.into())
 }
 
+/// The aux_type URNs of an alpha auxiliary image: AVIF's, and HEVC's
+/// (ISO/IEC 23008-12 and -2).
+const ALPHA_URNS: [&[u8]; 2] = [
+    b"urn:mpeg:mpegB:cicp:systems:auxiliary:alpha",
+    b"urn:mpeg:hevc:2015:auxid:1",
+];
+
+/// The `meta` box's tables, for looking items up.
+struct Meta<'a> {
+    file: &'a [u8],
+    items: Vec<Item>,
+    locations: Vec<Location>,
+    idat: Option<&'a [u8]>,
+    references: Vec<Reference>,
+    ipco: Vec<Property<'a>>,
+    associations: Vec<(u32, bool, u16)>,
+}
+
+impl<'a> Meta<'a> {
+    fn kind_of(&self, id: u32) -> Option<[u8; 4]> {
+        self.items.iter().find(|i| i.id == id).map(|i| i.kind)
+    }
+
+    /// An item's properties, with whether each is essential.
+    fn properties_of(&self, id: u32) -> Vec<(bool, &Property<'a>)> {
+        self.associations
+            .iter()
+            .filter(|(item, ..)| *item == id)
+            .filter_map(|(_, essential, index)| {
+                // Index 0 means "no property".
+                let index = (*index as usize).checked_sub(1)?;
+                self.ipco.get(index).map(|p| (*essential, p))
+            })
+            .collect()
+    }
+
+    fn data_of(&self, id: u32) -> Result<Vec<u8>, BmffError> {
+        let location = self
+            .locations
+            .iter()
+            .find(|l| l.id == id)
+            .ok_or_else(|| malformed(format!("item {id} has no location in 'iloc'")))?;
+        item_data(location, self.file, self.idat)
+    }
+
+    /// The items `from` refers to by references of `kind`.
+    fn referenced(&self, kind: &[u8; 4], from: u32) -> Option<&[u32]> {
+        self.references
+            .iter()
+            .find(|(k, f, _)| k == kind && *f == from)
+            .map(|(_, _, to)| to.as_slice())
+    }
+
+    /// The coded image behind item `id`: itself, or a grid's tiles.
+    fn coded(&self, id: u32) -> Result<Coded, BmffError> {
+        let kind = self
+            .kind_of(id)
+            .ok_or_else(|| malformed(format!("item {id} not in 'iinf'")))?;
+        let (tile_ids, grid) = match &kind {
+            b"grid" => {
+                let tiles = self
+                    .referenced(b"dimg", id)
+                    .ok_or_else(|| malformed("a grid without 'dimg' references to its tiles"))?
+                    .to_vec();
+                (tiles, Some(image_grid(&self.data_of(id)?)?))
+            }
+            b"hvc1" | b"av01" => (vec![id], None),
+            other => {
+                return Err(BmffError::NotAMovie(format!(
+                    "item {id} is a '{}' item, which this build does not decode",
+                    fourcc(other)
+                )))
+            }
+        };
+        let first = *tile_ids
+            .first()
+            .ok_or_else(|| malformed("a grid without tiles"))?;
+        let codec = match self.kind_of(first) {
+            Some(kind) if &kind == b"hvc1" => Codec::Hevc,
+            Some(kind) if &kind == b"av01" => Codec::Av1,
+            Some(kind) => {
+                return Err(BmffError::NotAMovie(format!(
+                    "image tiles of type '{}', which this build does not decode",
+                    fourcc(&kind)
+                )))
+            }
+            None => return Err(malformed("a tile missing from 'iinf'")),
+        };
+        let config_kind: &[u8; 4] = match codec {
+            Codec::Hevc => b"hvcC",
+            Codec::Av1 => b"av1C",
+        };
+        let tile_kind = self.kind_of(first);
+        let mut config = None;
+        let mut tile_size = None;
+        let mut tiles = Vec::with_capacity(tile_ids.len());
+        let mut tile_bytes = 0usize;
+        for &tile in &tile_ids {
+            if self.kind_of(tile) != tile_kind {
+                return Err(malformed("a grid whose tiles are of different types"));
+            }
+            let properties = self.properties_of(tile);
+            let this_config = properties
+                .iter()
+                .find(|(_, p)| &p.kind == config_kind)
+                .map(|(_, p)| p.body)
+                .ok_or_else(|| malformed(format!("tile {tile} without '{}'", fourcc(config_kind))))?;
+            match config {
+                None => config = Some(this_config),
+                Some(first) if first != this_config => {
+                    return Err(BmffError::NotAMovie(
+                        "a grid whose tiles are coded with different configurations".into(),
+                    ))
+                }
+                Some(_) => {}
+            }
+            let size = properties
+                .iter()
+                .find(|(_, p)| &p.kind == b"ispe")
+                .map(|(_, p)| spatial_extent(p.body))
+                .transpose()?
+                .ok_or_else(|| malformed(format!("tile {tile} without 'ispe'")))?;
+            match tile_size {
+                None => tile_size = Some(size),
+                Some(first) if first != size => {
+                    return Err(malformed("a grid whose tiles differ in size"));
+                }
+                Some(_) => {}
+            }
+            let data = self.data_of(tile)?;
+            // Tiles are distinct parts of the file: a grid naming one tile
+            // over and over would copy the file once per mention.
+            tile_bytes += data.len();
+            if tile_bytes > self.file.len() {
+                return Err(malformed(
+                    "the grid's tiles add up to more bytes than the file holds",
+                ));
+            }
+            tiles.push(data);
+        }
+        let config = config.expect("at least one tile").to_vec();
+        let (tile_width, tile_height) = tile_size.expect("at least one tile");
+        let mut coded = Coded {
+            codec,
+            config,
+            columns: 1,
+            rows: 1,
+            tile_width,
+            tile_height,
+            width: tile_width,
+            height: tile_height,
+            tiles,
+            bit_depth: 8,
+        };
+        if let Some(grid) = &grid {
+            if grid.columns * grid.rows != tile_ids.len() as u32 {
+                return Err(malformed(format!(
+                    "a {}x{} grid with {} tiles",
+                    grid.columns,
+                    grid.rows,
+                    tile_ids.len()
+                )));
+            }
+            if grid.columns * tile_width < grid.width || grid.rows * tile_height < grid.height {
+                return Err(malformed("a grid larger than its tiles cover"));
+            }
+            coded.columns = grid.columns;
+            coded.rows = grid.rows;
+            coded.width = grid.width;
+            coded.height = grid.height;
+        }
+        // Depth may sit on the grid item or on its tiles.
+        let pixi = self
+            .properties_of(id)
+            .into_iter()
+            .chain(self.properties_of(first))
+            .find(|(_, p)| &p.kind == b"pixi");
+        if let Some((_, pixi)) = pixi {
+            let mut cursor = Cursor::new(pixi.body, "pixi");
+            cursor.version()?;
+            if cursor.u8("channel count")? > 0 {
+                coded.bit_depth = cursor.u8("bits per channel")?;
+            }
+        }
+        Ok(coded)
+    }
+
+    /// The alpha auxiliary image of item `master`, if it has one: an item
+    /// with an `auxl` reference to it and an `auxC` of an alpha type.
+    fn alpha_of(&self, master: u32) -> Option<u32> {
+        self.references
+            .iter()
+            .filter(|(kind, _, to)| kind == b"auxl" && to.contains(&master))
+            .map(|(_, from, _)| *from)
+            .find(|&aux| {
+                self.properties_of(aux).iter().any(|(_, p)| {
+                    &p.kind == b"auxC"
+                        && p.body
+                            .get(4..)
+                            .map(|urn| urn.split(|&b| b == 0).next().unwrap_or(urn))
+                            .is_some_and(|urn| ALPHA_URNS.contains(&urn))
+                })
+            })
+    }
+
+    /// Fails on a property marked essential that is not among `known`: a
+    /// property HEIF says a reader must apply or not show the image.
+    fn check_essential(&self, id: u32, known: &[&[u8; 4]]) -> Result<(), BmffError> {
+        for (essential, property) in self.properties_of(id) {
+            if essential && !known.contains(&&property.kind) {
+                return Err(BmffError::NotAMovie(format!(
+                    "the image has an essential '{}' property this build does not apply",
+                    fourcc(&property.kind)
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Reads the primary image of a HEIF file held in `bytes`.
 pub fn parse_heif(bytes: &[u8]) -> Result<HeifImage, BmffError> {
     let top = children(bytes, "file")?;
@@ -140,173 +383,55 @@ pub fn parse_heif(bytes: &[u8]) -> Result<HeifImage, BmffError> {
         return Err(malformed("'meta' is not a picture ('hdlr' is not 'pict')"));
     }
     let primary = primary_item(child(&meta, b"pitm").ok_or_else(|| malformed("no 'pitm'"))?)?;
-    let items = item_infos(child(&meta, b"iinf").ok_or_else(|| malformed("no 'iinf'"))?)?;
-    let locations = item_locations(child(&meta, b"iloc").ok_or_else(|| malformed("no 'iloc'"))?)?;
-    let idat = child(&meta, b"idat");
-    let references = match child(&meta, b"iref") {
-        Some(iref) => item_references(iref)?,
-        None => Vec::new(),
-    };
     let iprp = child(&meta, b"iprp").ok_or_else(|| malformed("no 'iprp'"))?;
     let iprp = children(iprp, "iprp")?;
     let ipco = child(&iprp, b"ipco").ok_or_else(|| malformed("no 'ipco'"))?;
-    let ipco: Vec<Property> = children(ipco, "ipco")?
-        .into_iter()
-        .map(|(kind, body)| Property { kind, body })
-        .collect();
-    let associations = property_associations(&iprp)?;
-    let properties_of = |id: u32| -> Vec<(bool, &Property)> {
-        associations
-            .iter()
-            .filter(|(item, ..)| *item == id)
-            .filter_map(|(_, essential, index)| {
-                // Index 0 means "no property".
-                let index = (*index as usize).checked_sub(1)?;
-                ipco.get(index).map(|p| (*essential, p))
-            })
-            .collect()
+    let tables = Meta {
+        file: bytes,
+        items: item_infos(child(&meta, b"iinf").ok_or_else(|| malformed("no 'iinf'"))?)?,
+        locations: item_locations(child(&meta, b"iloc").ok_or_else(|| malformed("no 'iloc'"))?)?,
+        idat: child(&meta, b"idat"),
+        references: match child(&meta, b"iref") {
+            Some(iref) => item_references(iref)?,
+            None => Vec::new(),
+        },
+        ipco: children(ipco, "ipco")?
+            .into_iter()
+            .map(|(kind, body)| Property { kind, body })
+            .collect(),
+        associations: property_associations(&iprp)?,
     };
-    let kind_of = |id: u32| items.iter().find(|i| i.id == id).map(|i| i.kind);
-    let data_of = |id: u32| -> Result<Vec<u8>, BmffError> {
-        let location = locations
-            .iter()
-            .find(|l| l.id == id)
-            .ok_or_else(|| malformed(format!("item {id} has no location in 'iloc'")))?;
-        item_data(location, bytes, idat)
+    let picture = tables.coded(primary)?;
+    let grid = tables.kind_of(primary) == Some(*b"grid");
+    let first_tile = if grid {
+        tables.referenced(b"dimg", primary).and_then(|t| t.first().copied())
+    } else {
+        None
     };
-
-    let primary_kind =
-        kind_of(primary).ok_or_else(|| malformed(format!("primary item {primary} not in 'iinf'")))?;
-    let (tile_ids, grid) = match &primary_kind {
-        b"grid" => {
-            let tiles: Vec<u32> = references
-                .iter()
-                .find(|(kind, from, _)| kind == b"dimg" && *from == primary)
-                .map(|(_, _, to)| to.clone())
-                .ok_or_else(|| malformed("a grid without 'dimg' references to its tiles"))?;
-            let grid = image_grid(&data_of(primary)?)?;
-            (tiles, Some(grid))
-        }
-        b"hvc1" | b"av01" => (vec![primary], None),
-        other => {
-            return Err(BmffError::NotAMovie(format!(
-                "the primary image is a '{}' item, which this build does not decode",
-                fourcc(other)
-            )))
-        }
-    };
-    let codec = match kind_of(tile_ids[0]) {
-        Some(kind) if &kind == b"hvc1" => Codec::Hevc,
-        Some(kind) if &kind == b"av01" => Codec::Av1,
-        Some(kind) => {
-            return Err(BmffError::NotAMovie(format!(
-                "image tiles of type '{}', which this build does not decode",
-                fourcc(&kind)
-            )))
-        }
-        None => return Err(malformed("a tile missing from 'iinf'")),
-    };
-    let config_kind: &[u8; 4] = match codec {
-        Codec::Hevc => b"hvcC",
-        Codec::Av1 => b"av1C",
-    };
-    let tile_kind = kind_of(tile_ids[0]);
-    let mut config = None;
-    let mut tile_size = None;
-    let mut tiles = Vec::with_capacity(tile_ids.len());
-    let mut tile_bytes = 0usize;
-    for &id in &tile_ids {
-        if kind_of(id) != tile_kind {
-            return Err(malformed("a grid whose tiles are of different types"));
-        }
-        let properties = properties_of(id);
-        let this_config = properties
-            .iter()
-            .find(|(_, p)| &p.kind == config_kind)
-            .map(|(_, p)| p.body)
-            .ok_or_else(|| malformed(format!("tile {id} without '{}'", fourcc(config_kind))))?;
-        match config {
-            None => config = Some(this_config),
-            Some(first) if first != this_config => {
-                return Err(BmffError::NotAMovie(
-                    "a grid whose tiles are coded with different configurations".into(),
-                ))
-            }
-            Some(_) => {}
-        }
-        let size = properties
-            .iter()
-            .find(|(_, p)| &p.kind == b"ispe")
-            .map(|(_, p)| spatial_extent(p.body))
-            .transpose()?
-            .ok_or_else(|| malformed(format!("tile {id} without 'ispe'")))?;
-        match tile_size {
-            None => tile_size = Some(size),
-            Some(first) if first != size => {
-                return Err(malformed("a grid whose tiles differ in size"));
-            }
-            Some(_) => {}
-        }
-        let data = data_of(id)?;
-        // Tiles are distinct parts of the file: a grid naming one tile
-        // over and over would copy the file once per mention.
-        tile_bytes += data.len();
-        if tile_bytes > bytes.len() {
-            return Err(malformed(
-                "the grid's tiles add up to more bytes than the file holds",
-            ));
-        }
-        tiles.push(data);
-    }
-    let config = config.expect("at least one tile").to_vec();
-    let (tile_width, tile_height) = tile_size.expect("at least one tile");
-
     let mut image = HeifImage {
-        codec,
-        config,
-        columns: 1,
-        rows: 1,
-        tile_width,
-        tile_height,
-        width: tile_width,
-        height: tile_height,
-        tiles,
+        picture,
+        alpha: None,
+        premultiplied: false,
         transforms: Vec::new(),
         icc: None,
         nclx: None,
-        bit_depth: 8,
     };
-    if let Some(grid) = &grid {
-        if grid.columns * grid.rows != tile_ids.len() as u32 {
-            return Err(malformed(format!(
-                "a {}x{} grid with {} tiles",
-                grid.columns,
-                grid.rows,
-                tile_ids.len()
-            )));
-        }
-        if grid.columns * tile_width < grid.width || grid.rows * tile_height < grid.height {
-            return Err(malformed("a grid larger than its tiles cover"));
-        }
-        image.columns = grid.columns;
-        image.rows = grid.rows;
-        image.width = grid.width;
-        image.height = grid.height;
-    }
 
     // The primary item's properties say how it is shown; a single coded
-    // image carries them itself, a grid on the grid item. Colour and depth
-    // may sit on the tiles instead.
-    let mut display = properties_of(primary);
-    if grid.is_some() {
+    // image carries them itself, a grid on the grid item. Colour may sit
+    // on the tiles instead.
+    tables.check_essential(primary, &[b"irot", b"imir", b"colr", b"pixi", b"hvcC", b"av1C", b"ispe"])?;
+    let mut display = tables.properties_of(primary);
+    if let Some(tile) = first_tile {
         let own: Vec<[u8; 4]> = display.iter().map(|(_, p)| p.kind).collect();
         display.extend(
-            properties_of(tile_ids[0])
+            tables
+                .properties_of(tile)
                 .into_iter()
-                .filter(|(_, p)| matches!(&p.kind, b"colr" | b"pixi") && !own.contains(&p.kind)),
+                .filter(|(_, p)| &p.kind == b"colr" && !own.contains(&p.kind)),
         );
     }
-    for (essential, property) in display {
+    for (_, property) in display {
         match &property.kind {
             b"irot" => {
                 let angle = property.body.first().ok_or_else(|| malformed("empty 'irot'"))? & 3;
@@ -323,23 +448,24 @@ pub fn parse_heif(bytes: &[u8]) -> Result<HeifImage, BmffError> {
                 });
             }
             b"colr" => colour(property.body, &mut image)?,
-            b"pixi" => {
-                let mut cursor = Cursor::new(property.body, "pixi");
-                cursor.version()?;
-                let channels = cursor.u8("channel count")?;
-                if channels > 0 {
-                    image.bit_depth = cursor.u8("bits per channel")?;
-                }
-            }
-            b"hvcC" | b"av1C" | b"ispe" => {}
-            other if essential => {
-                return Err(BmffError::NotAMovie(format!(
-                    "the image has an essential '{}' property this build does not apply",
-                    fourcc(other)
-                )))
-            }
             _ => {}
         }
+    }
+
+    if let Some(alpha) = tables.alpha_of(primary) {
+        tables.check_essential(alpha, &[b"auxC", b"pixi", b"hvcC", b"av1C", b"ispe", b"colr"])?;
+        let coded = tables.coded(alpha)?;
+        if (coded.width, coded.height) != (image.picture.width, image.picture.height) {
+            return Err(BmffError::NotAMovie(format!(
+                "an alpha image of {}x{} for a {}x{} image, which this build does not scale",
+                coded.width, coded.height, image.picture.width, image.picture.height
+            )));
+        }
+        // `prem`: from the colour image to its alpha.
+        image.premultiplied = tables
+            .referenced(b"prem", primary)
+            .is_some_and(|to| to.contains(&alpha));
+        image.alpha = Some(coded);
     }
     Ok(image)
 }

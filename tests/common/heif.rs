@@ -33,30 +33,45 @@ pub fn pattern_tile(codec: Codec, size: u32) -> Vec<u8> {
     )
 }
 
+/// A tile of one grey level, coded monochrome: an alpha image's tile.
+pub fn alpha_tile(codec: Codec, level: u8, size: u32) -> Vec<u8> {
+    coded_as(
+        codec,
+        &format!("color=c=0x{level:02x}{level:02x}{level:02x}:s={size}x{size}:d=1"),
+        &format!("alpha{level}"),
+        size,
+        "gray",
+    )
+}
+
 fn coded(codec: Codec, source: &str, colour: &str, size: u32) -> Vec<u8> {
+    coded_as(codec, source, colour, size, "yuv420p")
+}
+
+fn coded_as(codec: Codec, source: &str, colour: &str, size: u32, pix_fmt: &str) -> Vec<u8> {
     let (name, args): (String, Vec<&str>) = match codec {
         Codec::Hevc => (
-            format!("{colour}-{size}.hevc"),
+            format!("{colour}-{size}-{pix_fmt}.hevc"),
             vec![
                 "-c:v",
                 "libx265",
                 "-x265-params",
                 "log-level=none",
                 "-pix_fmt",
-                "yuv420p",
+                pix_fmt,
                 "-f",
                 "hevc",
             ],
         ),
         Codec::Av1 => (
-            format!("{colour}-{size}.obu"),
+            format!("{colour}-{size}-{pix_fmt}.obu"),
             vec![
                 "-c:v",
                 "libaom-av1",
                 "-cpu-used",
                 "8",
                 "-pix_fmt",
-                "yuv420p",
+                pix_fmt,
                 "-f",
                 "obu",
             ],
@@ -197,6 +212,11 @@ pub struct Display {
     pub icc: Option<Vec<u8>>,
     /// `colr` nclx: primaries, transfer, matrix, full range.
     pub nclx: Option<(u16, u16, u16, bool)>,
+    /// An alpha image: its tiles (from [`alpha_tile`]), laid out as the
+    /// colour image's; `auxl` to the primary item, `auxC` naming alpha.
+    pub alpha: Option<Vec<Vec<u8>>>,
+    /// `prem`: the colour is premultiplied by the alpha.
+    pub premultiplied: bool,
 }
 
 /// A HEIF file: `tiles` (coded streams from [`tile`], row-major) in a
@@ -209,21 +229,25 @@ pub fn heif(
     (width, height): (u32, u32),
     display: &Display,
 ) -> Vec<u8> {
-    let items: Vec<(Vec<u8>, Vec<u8>)> = tiles
-        .iter()
-        .map(|t| match codec {
-            Codec::Hevc => hevc_item(t),
-            Codec::Av1 => av1_item(t),
-        })
-        .collect();
+    let item = |t: &Vec<u8>| match codec {
+        Codec::Hevc => hevc_item(t),
+        Codec::Av1 => av1_item(t),
+    };
+    let items: Vec<(Vec<u8>, Vec<u8>)> = tiles.iter().map(item).collect();
+    let alpha_items: Vec<(Vec<u8>, Vec<u8>)> = display.alpha.iter().flatten().map(item).collect();
     let (item_type, config_type, brand): (&[u8; 4], &[u8; 4], &[u8; 4]) = match codec {
         Codec::Hevc => (b"hvc1", b"hvcC", b"heic"),
         Codec::Av1 => (b"av01", b"av1C", b"avif"),
     };
     let grid = tiles.len() > 1;
-    // Item ids: tiles 1..=n, the grid n + 1.
+    let alpha = !alpha_items.is_empty();
+    // Item ids: tiles 1..=n, the grid n + 1; then the alpha image's tiles
+    // and its grid, the same way.
     let n = tiles.len() as u16;
     let primary = if grid { n + 1 } else { 1 };
+    let alpha_first = primary + 1;
+    let alpha_primary = if grid { alpha_first + n } else { alpha_first };
+    let alpha_ids: Vec<u16> = (alpha_first..alpha_first + alpha_items.len() as u16).collect();
 
     let mut ftyp = brand.to_vec();
     ftyp.extend_from_slice(&[0; 4]);
@@ -231,7 +255,8 @@ pub fn heif(
     ftyp.extend_from_slice(brand);
     let ftyp = boxed(b"ftyp", &ftyp);
 
-    // Properties: 1 config, 2 tile ispe, 3 image ispe, then display ones.
+    // Properties: 1 config, 2 tile ispe, 3 image ispe, then display ones,
+    // then the alpha image's config and auxC.
     let ispe = |w: u32, h: u32| {
         let mut b = w.to_be_bytes().to_vec();
         b.extend_from_slice(&h.to_be_bytes());
@@ -267,9 +292,19 @@ pub fn heif(
     if let Some(axis) = display.mirror {
         ipco.extend(boxed(b"imir", &[axis]));
         shown.push(0x80 | next);
+        next += 1;
+    }
+    let (alpha_config, aux_c) = (next, next + 1);
+    if alpha {
+        ipco.extend(boxed(config_type, &alpha_items[0].0));
+        let urn: &[u8] = match codec {
+            Codec::Hevc => b"urn:mpeg:hevc:2015:auxid:1\0",
+            Codec::Av1 => b"urn:mpeg:mpegB:cicp:systems:auxiliary:alpha\0",
+        };
+        ipco.extend(full(b"auxC", 0, 0, urn));
     }
     let mut ipma = Vec::new();
-    let entries = if grid { n as u32 + 1 } else { 1 };
+    let entries = (if grid { n as u32 + 1 } else { 1 }) * if alpha { 2 } else { 1 };
     ipma.extend_from_slice(&entries.to_be_bytes());
     for id in 1..=n {
         ipma.extend_from_slice(&id.to_be_bytes());
@@ -286,6 +321,18 @@ pub fn heif(
         ipma.extend_from_slice(&primary.to_be_bytes());
         ipma.push(shown.len() as u8);
         ipma.extend_from_slice(&shown);
+    }
+    for &id in &alpha_ids {
+        ipma.extend_from_slice(&id.to_be_bytes());
+        if grid {
+            ipma.extend_from_slice(&[2, 0x80 | alpha_config, 2]);
+        } else {
+            ipma.extend_from_slice(&[3, 0x80 | alpha_config, 2, 0x80 | aux_c]);
+        }
+    }
+    if grid && alpha {
+        ipma.extend_from_slice(&alpha_primary.to_be_bytes());
+        ipma.extend_from_slice(&[2, 3, 0x80 | aux_c]);
     }
     let iprp = boxed(
         b"iprp",
@@ -304,25 +351,47 @@ pub fn heif(
         b.push(0);
         full(b"infe", 2, 0, &b)
     };
-    let mut iinf = entries.to_be_bytes()[2..].to_vec();
+    let mut iinf = (entries as u16).to_be_bytes().to_vec();
     for id in 1..=n {
         iinf.extend(infe(id, item_type));
     }
     if grid {
         iinf.extend(infe(primary, b"grid"));
     }
+    for &id in &alpha_ids {
+        iinf.extend(infe(id, item_type));
+    }
+    if grid && alpha {
+        iinf.extend(infe(alpha_primary, b"grid"));
+    }
     let iinf = full(b"iinf", 0, 0, &iinf);
-    let iref = if grid {
-        let mut b = primary.to_be_bytes().to_vec();
-        b.extend_from_slice(&n.to_be_bytes());
-        for id in 1..=n {
+    let reference = |kind: &[u8; 4], from: u16, to: &[u16]| {
+        let mut b = from.to_be_bytes().to_vec();
+        b.extend_from_slice(&(to.len() as u16).to_be_bytes());
+        for id in to {
             b.extend_from_slice(&id.to_be_bytes());
         }
-        full(b"iref", 0, 0, &boxed(b"dimg", &b))
-    } else {
-        Vec::new()
+        boxed(kind, &b)
     };
-    // The grid's description, in idat.
+    let mut references = Vec::new();
+    if grid {
+        references.extend(reference(b"dimg", primary, &(1..=n).collect::<Vec<_>>()));
+    }
+    if alpha {
+        if grid {
+            references.extend(reference(b"dimg", alpha_primary, &alpha_ids));
+        }
+        references.extend(reference(b"auxl", alpha_primary, &[primary]));
+        if display.premultiplied {
+            references.extend(reference(b"prem", primary, &[alpha_primary]));
+        }
+    }
+    let iref = if references.is_empty() {
+        Vec::new()
+    } else {
+        full(b"iref", 0, 0, &references)
+    };
+    // The grid's description, in idat (both grids share it).
     let rows = (tiles.len() as u8).div_ceil(columns);
     let mut grid_data = vec![0u8, 0, rows - 1, columns - 1];
     grid_data.extend_from_slice(&(width as u16).to_be_bytes());
@@ -333,20 +402,27 @@ pub fn heif(
         Vec::new()
     };
     // iloc v1: 4-byte offsets and lengths, no base offset; tiles in mdat
-    // (construction method 0), the grid in idat (1).
+    // (construction method 0), grids in idat (1).
+    let coded_ids: Vec<u16> = (1..=n).chain(alpha_ids.iter().copied()).collect();
+    let coded_items: Vec<&(Vec<u8>, Vec<u8>)> = items.iter().chain(&alpha_items).collect();
+    let grids: Vec<u16> = match (grid, alpha) {
+        (false, _) => vec![],
+        (true, false) => vec![primary],
+        (true, true) => vec![primary, alpha_primary],
+    };
     let iloc = |mdat_start: u32| {
         let mut b = vec![0x44, 0x00];
         b.extend_from_slice(&(entries as u16).to_be_bytes());
         let mut offset = mdat_start;
-        for (id, (_, data)) in (1u16..).zip(&items) {
+        for (id, (_, data)) in coded_ids.iter().zip(&coded_items) {
             b.extend_from_slice(&id.to_be_bytes());
             b.extend_from_slice(&[0, 0, 0, 0, 0, 1]);
             b.extend_from_slice(&offset.to_be_bytes());
             b.extend_from_slice(&(data.len() as u32).to_be_bytes());
             offset += data.len() as u32;
         }
-        if grid {
-            b.extend_from_slice(&primary.to_be_bytes());
+        for id in &grids {
+            b.extend_from_slice(&id.to_be_bytes());
             b.extend_from_slice(&[0, 1, 0, 0, 0, 1]);
             b.extend_from_slice(&0u32.to_be_bytes());
             b.extend_from_slice(&(grid_data.len() as u32).to_be_bytes());
@@ -371,6 +447,6 @@ pub fn heif(
         )
     };
     let mdat_start = (ftyp.len() + meta(0).len() + 8) as u32;
-    let mdat: Vec<u8> = items.iter().flat_map(|(_, d)| d.clone()).collect();
+    let mdat: Vec<u8> = coded_items.iter().flat_map(|(_, d)| d.clone()).collect();
     [ftyp, meta(mdat_start), boxed(b"mdat", &mdat)].concat()
 }

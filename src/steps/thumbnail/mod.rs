@@ -15,13 +15,15 @@
 //! - `widths`: target widths, e.g. `[320, 1280]`, aspect ratio kept; or
 //!   `width` and `height` with `fit`: `contain` (inside the box) or `cover`
 //!   (fills the box, centre-cropped);
-//! - `format`: `jpeg` (default), `png` or `webp`; `quality`: 1 to 100 for
-//!   jpeg and webp (default 82); `progressive`: jpeg only (default false);
+//! - `format`: `jpeg` (default), `png`, `webp` or `avif`; `quality`: 1 to
+//!   100 for jpeg, webp and avif (default 82); `progressive`: jpeg only
+//!   (default false);
 //! - `upscale`: false by default: an image smaller than the target keeps its
 //!   size.
 //!
-//! Outputs are named by the requested width: `thumb-<width>.<jpg|png|webp>`,
-//! so a reader knows the paths from the recipe alone.
+//! Outputs are named by the requested width:
+//! `thumb-<width>.<jpg|png|webp|avif>`, so a reader knows the paths from
+//! the recipe alone.
 
 use fast_image_resize::images::{TypedImage, TypedImageRef};
 use fast_image_resize::pixels::{U8x3, U8x4};
@@ -95,7 +97,8 @@ pub enum Format {
     Jpeg,
     Png,
     Webp,
-    /// Encoded by ffmpeg (libaom): opaque 8-bit 4:2:0, tagged sRGB.
+    /// Encoded by ffmpeg (libaom): 8-bit 4:2:0, tagged sRGB, with an
+    /// alpha image when the picture has transparency.
     Avif,
 }
 
@@ -119,7 +122,7 @@ impl Format {
     }
 
     fn has_alpha(self) -> bool {
-        matches!(self, Format::Png | Format::Webp)
+        matches!(self, Format::Png | Format::Webp | Format::Avif)
     }
 }
 
@@ -255,7 +258,7 @@ impl ThumbnailParams {
                 .ok_or_else(|| format!("quality must be an integer from 1 to 100, got {q}"))?,
         };
         if params.contains_key("quality") && format == Format::Png {
-            return Err("quality applies to jpeg and webp, not png".into());
+            return Err("quality applies to jpeg, webp and avif, not png".into());
         }
         let progressive = match params.get("progressive") {
             None => false,
