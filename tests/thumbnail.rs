@@ -133,17 +133,34 @@ async fn a_heic_upload_gets_its_thumbnails_through_ffmpeg() {
     );
 }
 
-#[tokio::test]
-async fn avif_outputs_are_encoded_by_ffmpeg_and_read_back() {
-    common::media::ffmpeg();
-    let p = Pipeline::new(Options {
+/// A pipeline whose one recipe is a 32 px AVIF thumbnail at quality 90.
+async fn avif_pipeline() -> Pipeline {
+    Pipeline::new(Options {
         recipes: Some(
             r#"[{"step":"thumbnail","version":1,"params":{"widths":[32],"format":"avif","quality":90}}]"#
                 .into(),
         ),
         ..Options::default()
     })
-    .await;
+    .await
+}
+
+/// An AVIF output read back through the step's own HEIF path.
+async fn read_avif(bytes: &[u8]) -> image::DynamicImage {
+    mediaonce::steps::thumbnail::decode_heif(
+        bytes,
+        mediaonce::steps::thumbnail::DEFAULT_MAX_PIXELS,
+        &common::media::ffmpeg(),
+        None,
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn avif_outputs_are_encoded_by_ffmpeg_and_read_back() {
+    common::media::ffmpeg();
+    let p = avif_pipeline().await;
     let source = png(64, 48);
     p.put("photos/b.png", &source, true).await;
     let report = p.handle(p.receive(1).await).await;
@@ -158,15 +175,7 @@ async fn avif_outputs_are_encoded_by_ffmpeg_and_read_back() {
     assert_eq!(&bytes[4..12], b"ftypavif", "an AVIF file");
     // Read back through the step's own HEIF path: 32 × 24, and the colours
     // of the source's matching pixel (x·4, y·5, 90) within the codec's loss.
-    let image = mediaonce::steps::thumbnail::decode_heif(
-        &bytes,
-        mediaonce::steps::thumbnail::DEFAULT_MAX_PIXELS,
-        &common::media::ffmpeg(),
-        None,
-    )
-    .await
-    .unwrap()
-    .to_rgb8();
+    let image = read_avif(&bytes).await.to_rgb8();
     assert_eq!(image.dimensions(), (32, 24));
     let got = image.get_pixel(16, 12).0;
     let want = [130u8, 122, 90];
@@ -178,15 +187,8 @@ async fn avif_outputs_are_encoded_by_ffmpeg_and_read_back() {
 
 #[tokio::test]
 async fn an_avif_output_keeps_the_images_transparency() {
-    let ffmpeg = common::media::ffmpeg();
-    let p = Pipeline::new(Options {
-        recipes: Some(
-            r#"[{"step":"thumbnail","version":1,"params":{"widths":[32],"format":"avif","quality":90}}]"#
-                .into(),
-        ),
-        ..Options::default()
-    })
-    .await;
+    common::media::ffmpeg();
+    let p = avif_pipeline().await;
     // Opaque on the left, a quarter opaque on the right.
     let image = image::RgbaImage::from_fn(64, 48, |x, _| {
         image::Rgba([200, 40, 40, if x < 32 { 255 } else { 64 }])
@@ -202,14 +204,7 @@ async fn an_avif_output_keeps_the_images_transparency() {
     let bytes = p
         .output(&format!("derived/{}/thumb-32.avif", job.job_key))
         .await;
-    let thumb = mediaonce::steps::thumbnail::decode_heif(
-        &bytes,
-        mediaonce::steps::thumbnail::DEFAULT_MAX_PIXELS,
-        &ffmpeg,
-        None,
-    )
-    .await
-    .unwrap();
+    let thumb = read_avif(&bytes).await;
     assert!(thumb.color().has_alpha(), "{:?}", thumb.color());
     let thumb = thumb.to_rgba8();
     for (x, level) in [(4, 255u8), (28, 64)] {
