@@ -1,9 +1,9 @@
 //! HEIC and AVIF inputs (the formats phones write). The container is read
 //! here (`bmff::heif`: the primary image, its tiles, orientation and
-//! colour, its alpha image); the tiles are decoded by the pinned ffmpeg that hls-package
-//! runs (its HEVC decoder and dav1d), in its own process with a cleared
-//! environment and nothing but a pipe to read; the grid is put together,
-//! turned and converted to sRGB here.
+//! colour, its alpha image); the tiles are decoded by the pinned ffmpeg
+//! that hls-package runs (its HEVC decoder and dav1d), in its own process
+//! with a cleared environment and nothing but a pipe to read; the grid is
+//! put together, joined to its alpha, turned and converted to sRGB here.
 //!
 //! Why ffmpeg: no pure-Rust HEVC decoder exists, and the C ones (libde265
 //! under libheif, dav1d) would parse every upload inside the function's
