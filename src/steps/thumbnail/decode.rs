@@ -243,12 +243,12 @@ pub fn decode_for(
     Ok((image, plans))
 }
 
-/// A JPEG decoded through its DCT at the smallest scale (1/8, 1/4, 1/2,
-/// 1) that is at least `need_w` × `need_h`, in sRGB; `None` when no scale
-/// is. jpeg-decoder picks the scale (its `full_w` × `full_h` header read
-/// already) and decodes, unless `jpeg::scaled` reads the file at a reduced
-/// scale. CMYK and YCCK come out as inks and go through the image's CMYK
-/// profile (`colour::cmyk_to_srgb`).
+/// A JPEG decoded through its DCT at the smallest of the scales 1/8, 1/4,
+/// 1/2 and 1 that is at least `need_w` × `need_h`, in sRGB; `None` when no
+/// scale is. jpeg-decoder picks the scale (its `full_w` × `full_h` header
+/// read already) and decodes, unless `jpeg::scaled` reads the file at a
+/// reduced scale. CMYK and YCCK come out as inks and go through the
+/// image's CMYK profile (`colour::cmyk_to_srgb`).
 fn decode_jpeg_dct(
     bytes: &[u8],
     (full_w, full_h): (u32, u32),
