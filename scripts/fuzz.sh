@@ -6,6 +6,10 @@
 # parse_body: the SQS body parser, seeded with the sample events and
 # tests/corpus/bodies.json. parse_movie: the MP4/MOV reader, seeded with
 # small clips made by ffmpeg (MP4 moov first and last, MOV, M4A, fragmented).
+# decode_image: the thumbnail step's decoding (a JPEG at reduced scale
+# through jpeg::scaled, else jpeg-decoder; PNG and the rest through
+# `image`), seeded with small images ffmpeg writes (baseline JPEGs 4:2:0,
+# 4:2:2, 4:4:4 and grey, a PNG).
 # Prints libFuzzer's summary (executions run, crashes). cargo fuzz wants a
 # nightly compiler; RUSTC_BOOTSTRAP=1 lets the stable one take its flags.
 set -euo pipefail
@@ -23,6 +27,12 @@ if [ "$target" = parse_movie ]; then
   ffmpeg -loglevel error -y "${src[@]}" -f mov "$corpus/clip.mov"
   ffmpeg -loglevel error -y "${src[@]}" -movflags +frag_keyframe+empty_moov "$corpus/frag.mp4"
   ffmpeg -loglevel error -y -f lavfi -i sine=duration=1 -c:a aac -f ipod "$corpus/tone.m4a"
+elif [ "$target" = decode_image ]; then
+  for fmt in yuvj420p yuvj422p yuvj444p gray; do
+    ffmpeg -loglevel error -y -f lavfi -i testsrc=size=200x136 -frames:v 1 -pix_fmt "$fmt" \
+      "$corpus/$fmt.jpg"
+  done
+  ffmpeg -loglevel error -y -f lavfi -i testsrc=size=64x48 -frames:v 1 "$corpus/small.png"
 else
 python3 - "$corpus" <<'PY'
 import glob, hashlib, json, os, sys

@@ -271,7 +271,8 @@ fn decode_jpeg_dct(
     let eighths = [1, 2, 4]
         .into_iter()
         .find(|&n| (w, h) == ((full_w * n).div_ceil(8), (full_h * n).div_ceil(8)));
-    let scaled = eighths.and_then(|n| super::jpeg::scaled::decode(bytes, n as usize));
+    let scaled =
+        eighths.and_then(|n| super::jpeg::scaled::decode(bytes, n as usize, (full_w, full_h)));
     if let Some(scaled) = scaled.filter(|s| (s.width, s.height) == (w, h)) {
         let image = if scaled.grey {
             image::GrayImage::from_raw(w, h, scaled.pixels).map(DynamicImage::ImageLuma8)

@@ -45,12 +45,22 @@ pub(in crate::steps::thumbnail) struct Scaled {
 
 /// The JPEG at `eighths`/8 of its size (`eighths`: 1, 2 or 4), or `None`
 /// when it is not the shape this module reads or its stream is damaged
-/// (then jpeg-decoder decodes it).
-pub(in crate::steps::thumbnail) fn decode(jpeg: &[u8], eighths: usize) -> Option<Scaled> {
+/// (then jpeg-decoder decodes it). `size` is the width and height the
+/// caller read from the header and checked against the pixel limit: a
+/// frame of any other size is not decoded (were the two parsers ever to
+/// find different frames, the unchecked one would not be allocated).
+pub(in crate::steps::thumbnail) fn decode(
+    jpeg: &[u8],
+    eighths: usize,
+    size: (u32, u32),
+) -> Option<Scaled> {
     if !matches!(eighths, 1 | 2 | 4) {
         return None;
     }
     let header = Header::parse(jpeg)?;
+    if (header.frame.width, header.frame.height) != (size.0 as usize, size.1 as usize) {
+        return None;
+    }
     let planes = planes(jpeg, &header, eighths)?;
     Some(header.pixels(&planes, eighths))
 }
@@ -476,6 +486,15 @@ mod tests {
     }
 
     const SIZES: [(u16, u16); 4] = [(203, 157), (64, 48), (9, 17), (17, 9)];
+
+    /// `super::decode` with the size from the file's own header, as the
+    /// caller reads it.
+    fn decode(jpeg: &[u8], eighths: usize) -> Option<Scaled> {
+        let size = Header::parse(jpeg)
+            .map(|h| (h.frame.width as u32, h.frame.height as u32))
+            .unwrap_or((0, 0));
+        super::decode(jpeg, eighths, size)
+    }
     const SCALES: [u16; 3] = [1, 2, 4];
 
     #[test]
@@ -631,6 +650,10 @@ mod tests {
         }
         let file = jpeg(64, 48, false, |_| {});
         assert!(decode(&file, 8).is_none(), "full size is jpeg-decoder's");
+        assert!(
+            super::decode(&file, 2, (64, 49)).is_none(),
+            "a frame of another size than the caller checked"
+        );
     }
 
     #[test]
