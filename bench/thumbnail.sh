@@ -3,7 +3,8 @@
 # one) to 320 px and 1280 px wide: mediaonce's thumbnail code
 # (examples/thumbnail.rs, release build) against libvips' vipsthumbnail
 # and ImageMagick's convert -thumbnail, on the same file in the same run,
-# as JPEG and as WebP at quality 82, the tools taking turns run by run.
+# as JPEG and as WebP at quality 82, the tools taking turns run by run,
+# and progressive JPEG against vips' interlaced (bytes and SSIM only).
 # Wall time is the median of RUNS runs; peak memory is the largest maximum
 # resident set size seen; bytes and SSIM (against a lossless Lanczos
 # reference) say what the output costs to serve and how close it is.
@@ -100,6 +101,22 @@ for name in photo smooth; do
       printf '%-6s %-5s peak  mediaonce/vips %.2f  mediaonce/imagemagick %.2f\n' "$width" "$fmt" \
         "$(echo "$m_ours / $m_vips" | bc -l)" "$(echo "$m_ours / $m_im" | bc -l)"
       printf '%-6s %-5s bytes mediaonce/vips %.2f\n' "$width" "$fmt" "$(echo "$b_ours / $b_vips" | bc -l)"
+      if [ "$fmt" = jpeg ]; then
+        # Progressive JPEG (`progressive: true`; vips' interlace): bytes and
+        # SSIM from one run each, the pixels being the baseline files'.
+        "$ours" "$in" "$width" "$work/ours-$name-$width-p.jpg" jpeg 82 progressive
+        vipsthumbnail "$in" -s "${width}x" -o "$PWD/$work/vips-$name-$width-p.jpg[Q=82,strip,interlace]"
+        for row in "mediaonce ours" "vipsthumbnail vips"; do
+          set -- $row
+          out=$work/$2-$name-$width-p.jpg
+          printf '%-6s %-5s %-14s %10s %12s %9d %8s\n' "$width" jpeg-p "$1" - - \
+            "$(stat -c %s "$out")" "$(ssim "$reference" "$out")"
+        done
+        b_prog=$(stat -c %s "$work/ours-$name-$width-p.jpg")
+        printf '%-6s %-5s bytes mediaonce/vips %.2f (both progressive)  mediaonce progressive/vips baseline %.2f\n' \
+          "$width" jpeg-p "$(echo "$b_prog / $(stat -c %s "$work/vips-$name-$width-p.jpg")" | bc -l)" \
+          "$(echo "$b_prog / $b_vips" | bc -l)"
+      fi
     done
   done
 done

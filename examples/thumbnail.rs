@@ -1,6 +1,6 @@
 //! mediaonce's thumbnail code on a local file, for `bench/thumbnail.sh`:
 //!
-//!     thumbnail INPUT WIDTH OUTPUT [jpeg|png|webp] [QUALITY]
+//!     thumbnail INPUT WIDTH OUTPUT [jpeg|png|webp] [QUALITY] [progressive]
 //!
 //! Decodes, honours EXIF orientation, resizes and encodes exactly as the
 //! `thumbnail` step does, without S3 or DynamoDB.
@@ -13,7 +13,7 @@ use mediaonce::steps::thumbnail::{decode_for, encode, render, ThumbnailParams};
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 3 {
-        eprintln!("usage: thumbnail INPUT WIDTH OUTPUT [jpeg|png|webp] [QUALITY]");
+        eprintln!("usage: thumbnail INPUT WIDTH OUTPUT [jpeg|png|webp] [QUALITY] [progressive]");
         return ExitCode::from(2);
     }
     let (input, width, output) = (&args[0], &args[1], &args[2]);
@@ -23,6 +23,9 @@ fn main() -> ExitCode {
     // PNG has no quality; the lossy formats default to the step's 82.
     if let Some(quality) = args.get(4) {
         params["quality"] = quality.parse::<u64>().unwrap_or(0).into();
+    }
+    if let Some(flag) = args.get(5) {
+        params["progressive"] = (flag == "progressive").into();
     }
     let params = match ThumbnailParams::parse(params.as_object().expect("an object")) {
         Ok(params) => params,

@@ -62,12 +62,12 @@ pub fn encode(image: &DynamicImage, encoding: Encoding) -> Result<Vec<u8>, StepE
 
 /// JPEG as web encoders write it: 4:2:0 chroma below quality 90 (libjpeg's
 /// and libvips' threshold; 4:4:4 at 90 and above), chroma averaged over each
-/// 2×2 block as libjpeg does (not its top-left pixel), one interleaved
-/// baseline scan with optimal Huffman tables (or progressive on request,
-/// with the standard ones), and the Annex K quantisation
-/// tables that libjpeg, libvips and ImageMagick scale by the same quality
-/// number. Of jpeg-encoder's tables, Annex K gave the most SSIM per byte
-/// on bench/thumbnail.sh's input (ImageMagick's and the MS-SSIM-tuned ones
+/// 2×2 block as libjpeg does (not its top-left pixel), optimal Huffman
+/// tables, one interleaved baseline scan or (on request) libjpeg's
+/// progressive scans, and the Annex K quantisation tables that libjpeg,
+/// libvips and ImageMagick scale by the same quality number. Of
+/// jpeg-encoder's tables, Annex K gave the most SSIM per byte on
+/// bench/thumbnail.sh's input (ImageMagick's and the MS-SSIM-tuned ones
 /// were smaller but lost more SSIM than the bytes they saved).
 fn encode_jpeg(
     rgb: &image::RgbImage,
@@ -86,29 +86,43 @@ fn encode_jpeg(
         u16::try_from(width).map_err(|_| too_large())?,
         u16::try_from(height).map_err(|_| too_large())?,
     );
-    let mut encoder = Encoder::new(&mut *out, quality);
-    encoder.set_sampling_factor(if quality < 90 {
-        SamplingFactor::R_4_2_0
+    let encode = |progressive: bool, out: &mut Vec<u8>| {
+        let mut encoder = Encoder::new(out, quality);
+        encoder.set_sampling_factor(if quality < 90 {
+            SamplingFactor::R_4_2_0
+        } else {
+            SamplingFactor::R_4_4_4
+        });
+        encoder.set_chroma_subsampling_method(ChromaSubsamplingMethod::Average);
+        encoder.set_quantization_tables(JPEG_TABLES, JPEG_TABLES);
+        // Not jpeg-encoder's optimised tables: it writes them with one scan
+        // per component, and zune-jpeg (the `image` crate's JPEG decoder,
+        // 0.5.15) misreads such 4:2:0 files (SSIM 0.24 against
+        // libjpeg-turbo's decode of the same bytes): browsers would cope,
+        // Rust services would not. Nor its progressive files, larger than
+        // its baseline ones (see `jpeg::progressive`). Its one interleaved
+        // baseline scan is written again by `jpeg::optimize` or
+        // `jpeg::progressive`, same coefficients, fewer bytes.
+        encoder.set_progressive(progressive);
+        encoder
+            .encode(rgb.as_raw(), w, h, ColorType::Rgb)
+            .map_err(|e| StepError::Failed(format!("encoding failed: {e}")))
+    };
+    encode(false, out)?;
+    let recoded = if progressive {
+        super::jpeg::progressive::progressive(out)
     } else {
-        SamplingFactor::R_4_4_4
-    });
-    encoder.set_chroma_subsampling_method(ChromaSubsamplingMethod::Average);
-    encoder.set_quantization_tables(JPEG_TABLES, JPEG_TABLES);
-    // Not jpeg-encoder's optimised tables: it writes them with one scan per
-    // component, and zune-jpeg (the `image` crate's JPEG decoder, 0.5.15)
-    // misreads such 4:2:0 files (SSIM 0.24 against libjpeg-turbo's decode
-    // of the same bytes): browsers would cope, Rust services would not.
-    // `jpeg::optimize` re-codes the one interleaved scan instead.
-    encoder.set_progressive(progressive);
-    encoder
-        .encode(rgb.as_raw(), w, h, ColorType::Rgb)
-        .map_err(|e| StepError::Failed(format!("encoding failed: {e}")))?;
-    if !progressive {
-        // Same pixels, ~5-6% fewer bytes; `None` (keep it) only if the
-        // file is not the shape jpeg-encoder writes.
-        if let Some(optimized) = super::jpeg::optimize::optimize(out) {
-            *out = optimized;
+        super::jpeg::optimize::optimize(out)
+    };
+    match recoded {
+        Some(recoded) => *out = recoded,
+        // Not the shape jpeg-encoder writes (never seen): progressive was
+        // asked for, so jpeg-encoder's own; a baseline file stays as is.
+        None if progressive => {
+            out.clear();
+            encode(true, out)?;
         }
+        None => {}
     }
     Ok(())
 }

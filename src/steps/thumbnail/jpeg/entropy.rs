@@ -199,18 +199,7 @@ impl<'a> Bits<'a> {
         self.n -= count;
     }
 
-    /// `count` (1 to 16) bits as a signed DC difference (T.81 F.2.2.1).
-    /// `count` (0 to 16) bits as they are.
-    #[inline]
-    pub fn receive(&mut self, count: u32) -> u16 {
-        if count == 0 {
-            return 0;
-        }
-        let value = self.peek(count) as u16;
-        self.consume(count);
-        value
-    }
-
+    /// `count` (1 to 16) bits as a signed value (T.81 F.2.2.1).
     #[inline]
     pub fn receive_extend(&mut self, count: u32) -> i16 {
         let value = self.peek(count);

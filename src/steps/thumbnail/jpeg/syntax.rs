@@ -1,7 +1,8 @@
 //! The markers before a JPEG's scan (ITU T.81 B.2): the frame, the
 //! Huffman and quantisation tables, the restart interval, the scan header.
-//! Only what `eighth` and `optimize` read: 8-bit samples, one scan holding
-//! every component in the frame's order, all 64 coefficients at once.
+//! Only what `scaled` and `coefficients` read: 8-bit samples, one scan
+//! holding every component in the frame's order, all 64 coefficients at
+//! once.
 
 /// One marker segment: its marker, the whole segment (from its 0xFF), and
 /// the body after the length.
