@@ -13,6 +13,8 @@ mod entropy;
 mod reconstruct;
 mod scan_writer;
 mod syntax;
+#[cfg(test)]
+mod test_images;
 
 pub(super) mod optimize;
 pub(super) mod progressive;

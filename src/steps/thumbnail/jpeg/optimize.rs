@@ -54,41 +54,9 @@ pub(in crate::steps::thumbnail) fn optimize(jpeg: &[u8]) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_images::{busy_jpeg, busy_jpeg_progressive, pixels};
     use super::*;
-
-    fn jpeg(
-        width: u16,
-        height: u16,
-        quality: u8,
-        sampling: jpeg_encoder::SamplingFactor,
-    ) -> Vec<u8> {
-        // A busy picture: gradients and a checker, so every table is used.
-        let pixels: Vec<u8> = (0..height as u32)
-            .flat_map(|y| {
-                (0..width as u32).flat_map(move |x| {
-                    let checker = if (x / 3 + y / 5) % 2 == 0 { 60 } else { 0 };
-                    [
-                        (x * 7 % 256) as u8,
-                        ((y * 3 + checker) % 256) as u8,
-                        ((x * y) % 251) as u8,
-                    ]
-                })
-            })
-            .collect();
-        let mut out = Vec::new();
-        let mut encoder = jpeg_encoder::Encoder::new(&mut out, quality);
-        encoder.set_sampling_factor(sampling);
-        encoder
-            .encode(&pixels, width, height, jpeg_encoder::ColorType::Rgb)
-            .unwrap();
-        out
-    }
-
-    fn pixels(jpeg: &[u8]) -> Vec<u8> {
-        jpeg_decoder::Decoder::new(std::io::Cursor::new(jpeg))
-            .decode()
-            .unwrap()
-    }
+    use jpeg_encoder::ColorType::Rgb;
 
     #[test]
     fn the_same_pixels_in_fewer_bytes() {
@@ -101,7 +69,7 @@ mod tests {
             (1, 1, 50, R_4_2_0),
             (320, 213, 30, R_4_2_0),
         ] {
-            let original = jpeg(w, h, quality, sampling);
+            let original = busy_jpeg(w, h, quality, Rgb, sampling);
             let optimized = optimize(&original).expect("jpeg-encoder's shape");
             assert!(
                 optimized.len() < original.len() || w == 1,
@@ -115,15 +83,9 @@ mod tests {
 
     #[test]
     fn other_shapes_come_back_as_none() {
-        let mut progressive = Vec::new();
-        let mut encoder = jpeg_encoder::Encoder::new(&mut progressive, 80);
-        encoder.set_progressive(true);
-        encoder
-            .encode(&[10, 20, 30].repeat(64), 8, 8, jpeg_encoder::ColorType::Rgb)
-            .unwrap();
-        assert_eq!(optimize(&progressive), None);
+        assert_eq!(optimize(&busy_jpeg_progressive(8, 8, 80)), None);
         assert_eq!(optimize(b"not a jpeg"), None);
-        let original = jpeg(64, 48, 82, jpeg_encoder::SamplingFactor::R_4_2_0);
+        let original = busy_jpeg(64, 48, 82, Rgb, jpeg_encoder::SamplingFactor::R_4_2_0);
         // Cut short: no EOI where the scan ends.
         assert_eq!(optimize(&original[..original.len() - 40]), None);
     }

@@ -297,77 +297,22 @@ fn raw_bits(tokens: &mut Vec<Token>, bits: impl Iterator<Item = u8>) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_images::{busy_jpeg, busy_jpeg_progressive, pixels, segments};
     use super::*;
     use jpeg_encoder::{ColorType, SamplingFactor};
 
-    /// A busy picture: gradients, a checker and grain, so every band of
-    /// every scan has coefficients, and refinement has bits to send.
-    fn picture(width: u16, height: u16, channels: usize) -> Vec<u8> {
-        let mut grain = 0x2545_F491_u32;
-        (0..height as u32)
-            .flat_map(|y| (0..width as u32).map(move |x| (x, y)))
-            .flat_map(|(x, y)| {
-                grain ^= grain << 13;
-                grain ^= grain >> 17;
-                grain ^= grain << 5;
-                let checker = if (x / 3 + y / 5) % 2 == 0 { 60 } else { 0 };
-                let noise = grain % 24;
-                [
-                    ((x * 7 + noise) % 256) as u8,
-                    ((y * 3 + checker + noise) % 256) as u8,
-                    ((x * y) % 251) as u8,
-                ]
-                .into_iter()
-                .take(channels)
-                .collect::<Vec<_>>()
-            })
-            .collect()
-    }
-
-    fn baseline(
-        width: u16,
-        height: u16,
-        quality: u8,
-        colour: ColorType,
-        sampling: SamplingFactor,
-    ) -> Vec<u8> {
-        let channels = if colour == ColorType::Luma { 1 } else { 3 };
-        let mut out = Vec::new();
-        let mut encoder = jpeg_encoder::Encoder::new(&mut out, quality);
-        encoder.set_sampling_factor(sampling);
-        encoder
-            .encode(&picture(width, height, channels), width, height, colour)
-            .unwrap();
-        out
-    }
-
-    fn decode(jpeg: &[u8]) -> Vec<u8> {
-        jpeg_decoder::Decoder::new(std::io::Cursor::new(jpeg))
-            .decode()
-            .unwrap()
-    }
-
-    /// The segment markers in order, and each scan header's band and bits.
-    fn scans(jpeg: &[u8]) -> (Vec<u8>, Vec<[u8; 3]>) {
-        let (mut markers, mut bands) = (Vec::new(), Vec::new());
-        let mut at = 2;
-        while at + 4 <= jpeg.len() {
-            let marker = jpeg[at + 1];
-            markers.push(marker);
-            if marker == 0xD9 {
-                break;
-            }
-            let len = u16::from_be_bytes([jpeg[at + 2], jpeg[at + 3]]) as usize;
-            at += 2 + len;
-            if marker == 0xDA {
-                bands.push([jpeg[at - 3], jpeg[at - 2], jpeg[at - 1]]);
-                // Past the entropy-coded data to the next marker.
-                while !(jpeg[at] == 0xFF && jpeg[at + 1] != 0) {
-                    at += 1;
-                }
+    /// Each scan's tables (the DHT segments' contents before it, joined),
+    /// header and coded data.
+    fn coded_scans(jpeg: &[u8]) -> Vec<(Vec<u8>, &[u8], &[u8])> {
+        let (mut scans, mut tables) = (Vec::new(), Vec::new());
+        for (marker, body, data) in segments(jpeg) {
+            match marker {
+                0xC4 => tables.extend_from_slice(body),
+                0xDA => scans.push((std::mem::take(&mut tables), body, data)),
+                _ => {}
             }
         }
-        (markers, bands)
+        scans
     }
 
     #[test]
@@ -385,10 +330,10 @@ mod tests {
             (320, 213, 30, ColorType::Rgb, R_4_2_0),
             (75, 41, 82, ColorType::Luma, R_4_4_4),
         ] {
-            let original = baseline(w, h, quality, colour, sampling);
+            let original = busy_jpeg(w, h, quality, colour, sampling);
             let recoded = progressive(&original).expect("jpeg-encoder's shape");
-            assert_eq!(decode(&recoded), decode(&original), "{w}x{h} q{quality}");
-            let (markers, _) = scans(&recoded);
+            assert_eq!(pixels(&recoded), pixels(&original), "{w}x{h} q{quality}");
+            let markers: Vec<u8> = segments(&recoded).iter().map(|s| s.0).collect();
             assert!(
                 markers.contains(&0xC2) && !markers.contains(&0xC0),
                 "{markers:x?}"
@@ -398,50 +343,25 @@ mod tests {
 
     #[test]
     fn libjpegs_scan_script_with_tables_fitted_to_each_scan() {
-        let original = baseline(320, 213, 82, ColorType::Rgb, SamplingFactor::R_4_2_0);
+        let original = busy_jpeg(320, 213, 82, ColorType::Rgb, SamplingFactor::R_4_2_0);
         let recoded = progressive(&original).unwrap();
-        let (markers, bands) = scans(&recoded);
+        let scans = coded_scans(&recoded);
+        let bands: Vec<&[u8]> = scans
+            .iter()
+            .map(|(_, sos, _)| &sos[sos.len() - 3..])
+            .collect();
         let script: Vec<[u8; 3]> = COLOUR
             .iter()
             .map(|s| [s.start as u8, s.end as u8, s.high << 4 | s.low])
             .collect();
         assert_eq!(bands, script);
-        // A DHT before every scan but the DC refinement, which sends its
+        // Tables before every scan but the DC refinement, which sends its
         // bits as they are.
-        let before_scans: Vec<bool> = markers
-            .windows(2)
-            .filter(|w| w[1] == 0xDA)
-            .map(|w| w[0] == 0xC4)
-            .collect();
+        let tables: Vec<bool> = scans.iter().map(|(t, _, _)| !t.is_empty()).collect();
         assert_eq!(
-            before_scans,
+            tables,
             [true, true, true, true, true, true, false, true, true, true]
         );
-    }
-
-    /// Each scan's tables (the DHT segments' contents before it, joined),
-    /// header and coded data.
-    fn coded_scans(jpeg: &[u8]) -> Vec<(Vec<u8>, &[u8], &[u8])> {
-        let (mut scans, mut tables) = (Vec::new(), Vec::new());
-        let mut at = 2;
-        while jpeg[at + 1] != 0xD9 {
-            let marker = jpeg[at + 1];
-            let len = u16::from_be_bytes([jpeg[at + 2], jpeg[at + 3]]) as usize;
-            let body = &jpeg[at + 4..at + 2 + len];
-            at += 2 + len;
-            match marker {
-                0xC4 => tables.extend_from_slice(body),
-                0xDA => {
-                    let data = at;
-                    while !(jpeg[at] == 0xFF && jpeg[at + 1] != 0) {
-                        at += 1;
-                    }
-                    scans.push((std::mem::take(&mut tables), body, &jpeg[data..at]));
-                }
-                _ => {}
-            }
-        }
-        scans
     }
 
     #[test]
@@ -463,17 +383,11 @@ mod tests {
     }
 
     #[test]
-    fn fewer_bytes_than_jpeg_encoders_progressive_and_its_baseline() {
-        let original = baseline(320, 213, 82, ColorType::Rgb, SamplingFactor::R_4_2_0);
+    fn fewer_bytes_than_jpeg_encoders_progressive_and_its_busy_jpeg() {
+        let original = busy_jpeg(320, 213, 82, ColorType::Rgb, SamplingFactor::R_4_2_0);
         let recoded = progressive(&original).unwrap();
         let optimized = super::super::optimize::optimize(&original).unwrap();
-        let mut theirs = Vec::new();
-        let mut encoder = jpeg_encoder::Encoder::new(&mut theirs, 82);
-        encoder.set_sampling_factor(SamplingFactor::R_4_2_0);
-        encoder.set_progressive(true);
-        encoder
-            .encode(&picture(320, 213, 3), 320, 213, ColorType::Rgb)
-            .unwrap();
+        let theirs = busy_jpeg_progressive(320, 213, 82);
         assert!(
             recoded.len() < optimized.len() && optimized.len() < theirs.len(),
             "ours {}, baseline optimised {}, jpeg-encoder's {}",
@@ -495,7 +409,7 @@ mod tests {
                 .encode(&grey, side, side, ColorType::Luma)
                 .unwrap();
             let recoded = progressive(&original).unwrap();
-            assert_eq!(decode(&recoded), decode(&original), "{side}");
+            assert_eq!(pixels(&recoded), pixels(&original), "{side}");
         }
     }
 
@@ -588,19 +502,13 @@ mod tests {
 
     #[test]
     fn other_shapes_come_back_as_none() {
-        let mut theirs = Vec::new();
-        let mut encoder = jpeg_encoder::Encoder::new(&mut theirs, 80);
-        encoder.set_progressive(true);
-        encoder
-            .encode(&[10, 20, 30].repeat(64), 8, 8, ColorType::Rgb)
-            .unwrap();
-        assert!(progressive(&theirs).is_none());
+        assert!(progressive(&busy_jpeg_progressive(8, 8, 80)).is_none());
         let mut cmyk = Vec::new();
         jpeg_encoder::Encoder::new(&mut cmyk, 80)
             .encode(&[10, 20, 30, 40].repeat(64), 8, 8, ColorType::Cmyk)
             .unwrap();
         assert!(progressive(&cmyk).is_none(), "four components");
-        let original = baseline(64, 48, 82, ColorType::Rgb, SamplingFactor::R_4_2_0);
+        let original = busy_jpeg(64, 48, 82, ColorType::Rgb, SamplingFactor::R_4_2_0);
         assert!(progressive(&original[..original.len() - 40]).is_none());
         assert!(progressive(b"not a jpeg").is_none());
     }
