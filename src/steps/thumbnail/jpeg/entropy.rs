@@ -20,6 +20,17 @@ pub(super) struct AcEntry {
     pub value: i16,
 }
 
+/// An AC code resolved by one lookup for skipping: how many bits it takes
+/// with its extra bits, whatever their value.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct AcSkip {
+    /// The code's length plus its extra bits (0: the code is longer than
+    /// LUT_BITS, or an EOB run; decode the symbol instead). At most 25.
+    pub bits: u8,
+    /// As `AcEntry::step`.
+    pub step: u8,
+}
+
 /// A DHT table, ready to decode.
 pub(super) struct Huffman {
     /// By the next LUT_BITS bits: the code's length (0: longer) and symbol.
@@ -27,6 +38,12 @@ pub(super) struct Huffman {
     /// For AC tables, by the next LUT_BITS bits: the code and its
     /// coefficient when both fit in them.
     pub ac: Box<[AcEntry; 1 << LUT_BITS]>,
+    /// For AC tables, by the next LUT_BITS bits: the code and how many
+    /// extra bits follow it, for coefficients read past rather than kept
+    /// (a reduced-scale decode skips most of a block's). Codes whose extra
+    /// bits do not fit in the lookup are resolved here too, which `ac`
+    /// cannot do.
+    pub skip: Box<[AcSkip; 1 << LUT_BITS]>,
     /// Canonical decoding of longer codes: the largest code of each length
     /// (-1: none), and what to add to a code to index `symbols`.
     max_code: [i32; 17],
@@ -40,6 +57,7 @@ impl Huffman {
         let (counts, symbols) = (&spec.counts, spec.symbols);
         let mut fast = Box::new([(0u8, 0u8); 1 << LUT_BITS]);
         let mut ac = Box::new([AcEntry::default(); 1 << LUT_BITS]);
+        let mut skip = Box::new([AcSkip::default(); 1 << LUT_BITS]);
         let (mut max_code, mut delta) = ([-1i32; 17], [0i32; 17]);
         let (mut code, mut k) = (0u32, 0usize);
         for len in 1..=16u32 {
@@ -65,6 +83,12 @@ impl Huffman {
                     let bits = len + size as u32;
                     for entry in first..first + (1 << (LUT_BITS - len)) {
                         fast[entry] = (len as u8, symbol);
+                        if let Some(step) = step {
+                            skip[entry] = AcSkip {
+                                bits: bits as u8,
+                                step,
+                            };
+                        }
                         // Only when the code and its extra bits fit.
                         if let Some(step) = step.filter(|_| bits <= LUT_BITS) {
                             let extra = (entry as u32 >> (LUT_BITS - bits)) & ((1 << size) - 1);
@@ -88,6 +112,7 @@ impl Huffman {
         Some(Huffman {
             fast,
             ac,
+            skip,
             max_code,
             delta,
             symbols: symbols[..k].to_vec(),

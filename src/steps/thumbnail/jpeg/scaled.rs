@@ -393,8 +393,9 @@ fn decode_block(
 fn skip_ac(bits: &mut Bits, table: &Huffman, mut k: u32) -> Option<()> {
     while k < 64 {
         bits.fill();
-        let entry = table.ac[bits.peek(LUT_BITS) as usize];
+        let entry = table.skip[bits.peek(LUT_BITS) as usize];
         if entry.bits > 0 {
+            // At most 25 bits: within the 32 that `fill` leaves.
             bits.consume(entry.bits as u32);
             if entry.step == 0 {
                 return Some(()); // End of block.
