@@ -12,12 +12,13 @@ WITH_EMULATORS = eval "$$($(EMULATORS) env)" &&
 # the SAM layer ships) unless MEDIAONCE_FFMPEG names another.
 WITH_FFMPEG = export MEDIAONCE_FFMPEG="$${MEDIAONCE_FFMPEG:-$$($(EMULATORS) ffmpeg)}" &&
 
-.PHONY: test demo lint lambda media-tools emulators emulators-stop clean-emulators
+.PHONY: test demo lint lambda media-tools reference-tools emulators emulators-stop clean-emulators
 
-## test: start the emulators (if they are not up) and run every test, every
+## test: start the emulators (if they are not up), install the reference
+## tools (libvips, ImageMagick, cjpeg) if missing, and run every test, every
 ## test binary even when one fails; the chaos soak (SOAK_UPLOADS, default
 ## 500) runs last and prints its counts
-test: emulators
+test: emulators reference-tools
 	$(WITH_EMULATORS) $(WITH_FFMPEG) cargo test --no-fail-fast --all-targets -- --skip chaos_soak
 	$(WITH_EMULATORS) cargo test --test soak -- --nocapture
 
@@ -46,6 +47,11 @@ lambda:
 ## hls-package runs
 media-tools:
 	@$(WITH_FFMPEG) echo "MEDIAONCE_FFMPEG=$$MEDIAONCE_FFMPEG" && "$$MEDIAONCE_FFMPEG" -hide_banner -version | head -1
+
+## reference-tools: Debian's vipsthumbnail, ImageMagick and cjpeg, which the
+## thumbnail's differential test (tests/thumbnail_vips.rs) runs against
+reference-tools:
+	@scripts/reference_tools.sh
 
 emulators:
 	@$(EMULATORS) status || $(EMULATORS) start

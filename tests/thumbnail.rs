@@ -5,6 +5,7 @@ mod common;
 use std::io::Cursor;
 
 use common::{Options, Pipeline};
+use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
 use mediaonce::handler::Outcome;
 use mediaonce::step::Manifest;
 
@@ -217,5 +218,135 @@ async fn an_avif_output_keeps_the_images_transparency() {
                 .all(|(&g, w)| g.abs_diff(w) <= 16),
             "({x}, 12): {got:?}"
         );
+    }
+}
+
+/// A JPEG of `width` × `height` made by jpeg-encoder: red grows to the
+/// right, green downwards, so a corner's colour says which corner it is.
+fn gradient_jpeg(
+    width: u32,
+    height: u32,
+    shape: impl FnOnce(&mut Encoder<&mut Vec<u8>>),
+) -> Vec<u8> {
+    let mut pixels = Vec::with_capacity((width * height * 3) as usize);
+    for y in 0..height {
+        for x in 0..width {
+            pixels.extend_from_slice(&[
+                (x * 255 / (width - 1).max(1)) as u8,
+                (y * 255 / (height - 1).max(1)) as u8,
+                90,
+            ]);
+        }
+    }
+    let mut out = Vec::new();
+    let mut encoder = Encoder::new(&mut out, 90);
+    shape(&mut encoder);
+    encoder
+        .encode(&pixels, width as u16, height as u16, ColorType::Rgb)
+        .unwrap();
+    out
+}
+
+/// JPEGs whose sides are not multiples of the reduced scale's block (an
+/// iPhone screenshot's 1179 × 2556 among them) in every shape the
+/// shrink-on-load paths take, each thumbnailed at 100, 320 and 640 px (one
+/// recipe a width) through the step on the emulators: every job runs, at
+/// the width asked and the height in proportion, with its corners where
+/// the upright picture has them.
+#[tokio::test]
+async fn jpegs_of_any_width_thumbnail_at_every_scale() {
+    let widths = [100u32, 320, 640];
+    let recipes: Vec<String> = widths
+        .iter()
+        .map(|w| format!(r#"{{"step":"thumbnail","version":1,"params":{{"widths":[{w}]}}}}"#))
+        .collect();
+    let p = Pipeline::new(Options {
+        recipes: Some(format!("[{}]", recipes.join(","))),
+        ..Options::default()
+    })
+    .await;
+    type Shape = fn(&mut Encoder<&mut Vec<u8>>);
+    let sampled = |f: SamplingFactor| move |e: &mut Encoder<&mut Vec<u8>>| e.set_sampling_factor(f);
+    let cases: Vec<(&str, Vec<u8>, (u32, u32))> = vec![
+        (
+            "screenshot 4:2:0",
+            gradient_jpeg(1179, 2556, sampled(SamplingFactor::F_2_2)),
+            (1179, 2556),
+        ),
+        (
+            "4:1:1",
+            gradient_jpeg(1281, 721, sampled(SamplingFactor::F_4_1)),
+            (1281, 721),
+        ),
+        (
+            "4:4:0",
+            gradient_jpeg(1001, 667, sampled(SamplingFactor::F_1_2)),
+            (1001, 667),
+        ),
+        (
+            "progressive",
+            gradient_jpeg(1001, 667, (|e| e.set_progressive(true)) as Shape),
+            (1001, 667),
+        ),
+        (
+            "restart 3",
+            gradient_jpeg(1001, 667, (|e| e.set_restart_interval(3)) as Shape),
+            (1001, 667),
+        ),
+        (
+            "EXIF 6",
+            common::media::with_orientation(&gradient_jpeg(1001, 667, (|_| {}) as Shape), 6),
+            (667, 1001),
+        ),
+    ];
+    for (name, jpeg, (w, h)) in &cases {
+        p.put(&format!("photos/{name}.jpg"), jpeg, true).await;
+        let report = p.handle(p.receive(1).await).await;
+        assert_eq!(report.jobs().count(), widths.len(), "{name}");
+        for job in report.jobs() {
+            assert_eq!(job.outcome, Outcome::Ran, "{name}: {job:?}");
+            let names = p
+                .output_keys(&format!("derived/{}/thumb-", job.job_key))
+                .await;
+            let [key] = names.as_slice() else {
+                panic!("{name}: {names:?}")
+            };
+            let bytes = p.output(key).await;
+            let thumb = mediaonce::steps::thumbnail::decode(&bytes, 1 << 24)
+                .unwrap()
+                .to_rgb8();
+            let width: u32 = key
+                .rsplit_once("thumb-")
+                .unwrap()
+                .1
+                .trim_end_matches(".jpg")
+                .parse()
+                .unwrap();
+            let height = (*h as f64 * width as f64 / *w as f64).round() as u32;
+            assert_eq!(thumb.dimensions(), (width, height), "{name} at {width}");
+            // Upright, red grows to the right and green downwards, but EXIF 6
+            // turned the stored picture a quarter clockwise: its stored left
+            // edge (no red) is now the top, its bottom (green) the left.
+            let (tl, br) = if *name == "EXIF 6" {
+                ([0, 255, 90], [255, 0, 90])
+            } else {
+                ([0, 0, 90], [255, 255, 90])
+            };
+            let near = |got: [u8; 3], want: [u8; 3]| {
+                got.iter().zip(want).all(|(&g, w)| g.abs_diff(w) <= 24)
+            };
+            let (top_left, bottom_right) = (
+                thumb.get_pixel(1, 1).0,
+                thumb.get_pixel(width - 2, height - 2).0,
+            );
+            assert!(
+                near(top_left, tl),
+                "{name} at {width}: top left {top_left:?}"
+            );
+            assert!(
+                near(bottom_right, br),
+                "{name} at {width}: bottom right {bottom_right:?}"
+            );
+        }
     }
 }

@@ -1,11 +1,13 @@
-//! The thumbnail step's decoding on arbitrary files: the declared size
-//! checked, then a JPEG at a reduced scale (`jpeg::scaled`, which hands
-//! what it does not read to jpeg-decoder) or any image in full. It must
-//! never panic, and always end.
+//! The thumbnail step's decoding and resizing on arbitrary files: the
+//! declared size checked, then a JPEG at a reduced scale (`jpeg::scaled`,
+//! which hands what it does not read to jpeg-decoder) or any image in
+//! full, and each planned crop resized from what was decoded (the
+//! shrink-on-load geometry: a crop outside the decoded frame fails the
+//! resize). It must never panic, always end, and never fail a resize.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mediaonce::steps::thumbnail::{decode_for, ThumbnailParams};
+use mediaonce::steps::thumbnail::{decode_for, render, Format, ThumbnailParams};
 
 fuzz_target!(|data: &[u8]| {
     // Small outputs, so that a JPEG shrinks on load: 1/8, 1/4 or 1/2 by
@@ -14,5 +16,11 @@ fuzz_target!(|data: &[u8]| {
     let params = serde_json::json!({ "widths": [width] });
     let params = ThumbnailParams::parse(params.as_object().expect("an object")).expect("params");
     // Four megapixels: room for every scale, small enough to stay quick.
-    let _ = decode_for(data, 4_000_000, &params);
+    if let Ok((image, plans)) = decode_for(data, 4_000_000, &params) {
+        for plan in &plans {
+            if let Err(e) = render(&image, plan, Format::Png) {
+                panic!("{}x{} decoded, {plan:?}: {e}", image.width(), image.height());
+            }
+        }
+    }
 });

@@ -114,3 +114,31 @@ pub fn noise_png(width: u32, height: u32, seed: u64) -> Vec<u8> {
         .expect("encode png");
     out.into_inner()
 }
+
+/// The payload of an EXIF APP1 segment holding only `orientation` (1 to 8),
+/// from "Exif\0\0" on.
+pub fn exif_orientation(orientation: u16) -> Vec<u8> {
+    let mut exif = b"Exif\0\0MM\0\x2a\0\0\0\x08".to_vec();
+    exif.extend_from_slice(&1u16.to_be_bytes()); // one entry
+    exif.extend_from_slice(&0x0112u16.to_be_bytes()); // Orientation
+    exif.extend_from_slice(&3u16.to_be_bytes()); // SHORT
+    exif.extend_from_slice(&1u32.to_be_bytes()); // one value
+    exif.extend_from_slice(&orientation.to_be_bytes());
+    exif.extend_from_slice(&[0, 0]); // value padding
+    exif.extend_from_slice(&0u32.to_be_bytes()); // no next IFD
+    exif
+}
+
+/// A JPEG with an EXIF APP1 segment holding only `orientation`, placed
+/// after its first segment (the JFIF APP0 that cjpeg writes).
+pub fn with_orientation(jpeg: &[u8], orientation: u16) -> Vec<u8> {
+    assert_eq!(&jpeg[..3], &[0xFF, 0xD8, 0xFF], "a JPEG");
+    let first_end = 4 + u16::from_be_bytes([jpeg[4], jpeg[5]]) as usize;
+    let payload = exif_orientation(orientation);
+    let mut out = jpeg[..first_end].to_vec();
+    out.extend_from_slice(&[0xFF, 0xE1]);
+    out.extend_from_slice(&(payload.len() as u16 + 2).to_be_bytes());
+    out.extend_from_slice(&payload);
+    out.extend_from_slice(&jpeg[first_end..]);
+    out
+}

@@ -38,7 +38,11 @@ fn encoded(image: &RgbaImage, format: image::ImageFormat) -> Vec<u8> {
 
 /// A JPEG with an EXIF APP1 segment holding only Orientation.
 fn jpeg_with_orientation(image: &RgbaImage, orientation: u16) -> Vec<u8> {
-    let jpeg = encoded(image, image::ImageFormat::Jpeg);
+    with_exif_orientation(&encoded(image, image::ImageFormat::Jpeg), orientation)
+}
+
+/// `jpeg` with an EXIF APP1 segment holding only Orientation, first.
+pub(super) fn with_exif_orientation(jpeg: &[u8], orientation: u16) -> Vec<u8> {
     let mut tiff = b"MM\0\x2a\0\0\0\x08\0\x01\x01\x12\0\x03\0\0\0\x01".to_vec();
     tiff.extend_from_slice(&orientation.to_be_bytes());
     tiff.extend_from_slice(&[0, 0, 0, 0, 0, 0]);

@@ -19,3 +19,4 @@ mod test_images;
 pub(super) mod optimize;
 pub(super) mod progressive;
 pub(super) mod scaled;
+pub(super) use syntax::subsampling;

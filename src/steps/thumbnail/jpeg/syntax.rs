@@ -209,3 +209,22 @@ pub(super) fn quantisation_tables(body: &[u8]) -> Option<Vec<(usize, [u16; 64])>
     }
     Some(tables)
 }
+
+/// How much coarser than the picture the coarsest component is sampled,
+/// across and down (4:2:0 gives (2, 2), 4:1:1 (4, 1), 4:4:4 and greyscale
+/// (1, 1)), read from the first frame header of any coding process; `None`
+/// when the header before it cannot be read.
+pub(in crate::steps::thumbnail) fn subsampling(jpeg: &[u8]) -> Option<(usize, usize)> {
+    let mut segments = Segments::new(jpeg)?;
+    let frame = loop {
+        let segment = segments.next_segment()?;
+        if matches!(segment.marker, 0xC0..=0xC3 | 0xC5..=0xC7 | 0xC9..=0xCB | 0xCD..=0xCF) {
+            break Frame::parse(segment.body)?;
+        }
+    };
+    let (hmax, vmax) = frame.max_sampling();
+    let ratio = |max: usize, factor: usize| max.div_ceil(factor);
+    Some(frame.components.iter().fold((1, 1), |(h, v), c| {
+        (h.max(ratio(hmax, c.h)), v.max(ratio(vmax, c.v)))
+    }))
+}
