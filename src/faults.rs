@@ -35,6 +35,8 @@ pub enum Call {
     BeginCollect,
     /// Collection: the row's DeleteItem.
     EndCollect,
+    /// Collection: a failed collection's back-off UpdateItem.
+    DeferCollect,
     /// References: a seal's UpdateItem.
     SealRefs,
     /// Objects: ListObjectsV2.

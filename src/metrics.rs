@@ -34,7 +34,7 @@ pub const ENV_METRICS_NAMESPACE: &str = "MEDIAONCE_METRICS_NAMESPACE";
 pub const DEFAULT_NAMESPACE: &str = "mediaonce";
 
 /// Every metric the documents hold.
-pub const METRIC_NAMES: [&str; 8] = [
+pub const METRIC_NAMES: [&str; 10] = [
     "Jobs",
     "JobDuration",
     "BatchSize",
@@ -43,6 +43,8 @@ pub const METRIC_NAMES: [&str; 8] = [
     "OutputBytesWritten",
     "DynamoDbCalls",
     "ColdStart",
+    "JobsCollected",
+    "CollectionFailures",
 ];
 
 /// EMF's most values for one metric in one document.
@@ -112,6 +114,26 @@ pub fn batch_documents(
     }
     documents.push(document(namespace, timestamp_ms, &metrics, fields));
     documents
+}
+
+/// The EMF document of one collection sweep (or of a collection made when
+/// a release left a job unreferenced with no grace): `JobsCollected` and
+/// `CollectionFailures` (Count, no dimension). The template alarms on
+/// any failure.
+pub fn sweep_document(
+    namespace: &str,
+    collected: usize,
+    failures: usize,
+    timestamp_ms: u64,
+) -> Value {
+    let metrics = [
+        (Directive::new(&[&[]]), "JobsCollected", "Count"),
+        (Directive::new(&[&[]]), "CollectionFailures", "Count"),
+    ];
+    let mut fields = Map::new();
+    fields.insert("JobsCollected".into(), json!(collected));
+    fields.insert("CollectionFailures".into(), json!(failures));
+    document(namespace, timestamp_ms, &metrics, fields)
 }
 
 /// The dimension sets of one directive.
@@ -289,6 +311,20 @@ pub(crate) mod tests {
         assert!(warm.last().unwrap().get("ColdStart").is_none());
     }
 
+    #[test]
+    fn a_sweep_counts_its_collections_and_failures() {
+        let document = sweep_document("mediaonce", 3, 1, 42);
+        validate(&document);
+        assert_eq!(document["JobsCollected"], 3);
+        assert_eq!(document["CollectionFailures"], 1);
+        let directive = &document["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(
+            directive["Dimensions"],
+            json!([[]]),
+            "no dimension: one alarm"
+        );
+    }
+
     /// The template's alarms and dashboard read only metrics the documents
     /// hold, by dimensions they carry.
     #[test]
@@ -310,7 +346,14 @@ pub(crate) mod tests {
         assert!(alarm.contains("Namespace: !Ref MetricsNamespace"));
         assert!(alarm.contains("MetricName: Jobs"));
         assert!(alarm.contains("- Name: Outcome\n          Value: poisoned"));
-        assert!(read.len() >= 7, "{read:?}");
+        let collection = template
+            .split("CollectionFailuresAlarm:")
+            .nth(1)
+            .expect("the collection-failures alarm");
+        assert!(collection.contains("Namespace: !Ref MetricsNamespace"));
+        read.push("CollectionFailures");
+        assert!(collection.contains("MetricName: CollectionFailures"));
+        assert!(read.len() >= 8, "{read:?}");
         for name in read {
             assert!(METRIC_NAMES.contains(&name), "the template reads {name:?}");
         }

@@ -23,12 +23,22 @@ pub async fn run(steps: StepRegistry) -> Result<(), Error> {
         let app = app.clone();
         async move {
             if is_scheduled(&event.payload) {
-                let collected = app.collect_due(false).await.map_err(Error::from)?;
-                let objects: usize = collected.iter().map(|c| c.deleted.len()).sum();
-                tracing::info!(jobs = collected.len(), objects, "collection sweep");
+                // A job whose collection fails is logged, backed off and
+                // counted; the sweep still succeeds (a failed invocation
+                // would retry every collection), and the alarm on
+                // `CollectionFailures` says so.
+                let sweep = app.collect_due(false).await.map_err(Error::from)?;
+                app.write_sweep_metrics(&sweep);
+                tracing::info!(
+                    jobs = sweep.collected.len(),
+                    objects = sweep.objects(),
+                    failures = sweep.failures.len(),
+                    "collection sweep"
+                );
                 return Ok::<Value, Error>(serde_json::json!({
-                    "collected": collected.len(),
-                    "objects": objects,
+                    "collected": sweep.collected.len(),
+                    "objects": sweep.objects(),
+                    "failures": sweep.failures.len(),
                 }));
             }
             let batch: SqsEvent = serde_json::from_value(event.payload)?;

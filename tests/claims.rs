@@ -50,6 +50,8 @@ async fn seed(
         refs: None,
         released_at_ms: None,
         refs_partial: false,
+        collect_failures: 0,
+        collect_retry_at_ms: None,
     };
     p.seed_row(&row).await;
     row

@@ -13,12 +13,13 @@ use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use common::{Options, Pipeline};
 use mediaonce::config::{Config, ENV_GC_GRACE_SECS};
 use mediaonce::faults::{Call, FaultPlan};
+use mediaonce::handler::collect::{Collected, Sweep};
 use mediaonce::handler::{handle_batch, App, BatchReport, Invocation, Outcome, COLLECT_LEASE};
 use mediaonce::key::{job_key, sha256_hex};
 use mediaonce::lease::Clock;
 use mediaonce::ledger::faults::FaultyTable;
 use mediaonce::ledger::memory::InMemoryTable;
-use mediaonce::ledger::{JobStatus, Ledger};
+use mediaonce::ledger::{JobRow, JobStatus, Ledger};
 use mediaonce::queue::{Queue, RecordingQueue};
 use mediaonce::steps::StepRegistry;
 use mediaonce::store::faults::FaultyObjects;
@@ -127,6 +128,12 @@ impl World {
     }
 }
 
+/// A sweep's collections, after checking that none failed.
+fn swept(sweep: Sweep) -> Vec<Collected> {
+    assert!(sweep.failures.is_empty(), "{:?}", sweep.failures);
+    sweep.collected
+}
+
 fn outcomes(report: &BatchReport) -> Vec<Outcome> {
     report.jobs().map(|j| j.outcome).collect()
 }
@@ -141,15 +148,15 @@ async fn after_the_grace_the_last_release_frees_outputs_and_row() {
     w.remove("b.bin").await;
     assert_eq!(w.status().await, Some((JobStatus::Done, Some(0))));
     // Within the grace: kept.
-    assert!(w.app.collect_due(false).await.unwrap().is_empty());
+    assert!(swept(w.app.collect_due(false).await.unwrap()).is_empty());
     assert!(!w.outputs().is_empty());
 
     w.clock.advance_ms(GRACE_SECS * 1_000);
-    let dry = w.app.collect_due(true).await.unwrap();
+    let dry = swept(w.app.collect_due(true).await.unwrap());
     assert_eq!(dry.len(), 1);
     assert_eq!(dry[0].deleted, w.outputs());
     assert!(!w.outputs().is_empty(), "a dry run touches nothing");
-    let collected = w.app.collect_due(false).await.unwrap();
+    let collected = swept(w.app.collect_due(false).await.unwrap());
     assert_eq!(collected[0].outcome, "collected");
     assert!(w.outputs().is_empty());
     assert_eq!(w.status().await, None);
@@ -178,9 +185,11 @@ async fn a_reference_between_the_last_release_and_the_collection_keeps_everythin
 async fn a_reference_during_the_deletes_waits_then_runs_the_job_again() {
     let w = world(0);
     w.upload("a.bin").await;
-    // The collection the release starts stops after its conditional write
-    // (its first listing fails): the row stays `collecting`.
+    // The collection the release starts dies after its conditional write
+    // (its first listing and its back-off fail, as a crash would): the
+    // row stays `collecting`.
     w.faults.fail(Call::ListObjects, 1, "crash");
+    w.faults.fail(Call::DeferCollect, 1, "crash");
     w.remove("a.bin").await;
     assert_eq!(w.status().await.map(|s| s.0), Some(JobStatus::Collecting));
 
@@ -197,7 +206,7 @@ async fn a_reference_during_the_deletes_waits_then_runs_the_job_again() {
     assert_eq!(outcomes(&report), [Outcome::Ran], "{report:?}");
     assert!(!w.outputs().is_empty());
     assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))));
-    assert!(w.app.collect_due(false).await.unwrap().is_empty());
+    assert!(swept(w.app.collect_due(false).await.unwrap()).is_empty());
 }
 
 #[tokio::test]
@@ -209,7 +218,9 @@ async fn a_collection_stopped_at_any_step_is_finished_by_the_next() {
     ] {
         let w = world(0);
         w.upload("a.bin").await;
+        // A crash: the call fails and so does the back-off after it.
         w.faults.fail_after(call, skip, 1, "crash");
+        w.faults.fail(Call::DeferCollect, 1, "crash");
         w.remove("a.bin").await;
         assert_eq!(
             w.status().await.map(|s| s.0),
@@ -217,11 +228,11 @@ async fn a_collection_stopped_at_any_step_is_finished_by_the_next() {
             "{call:?}"
         );
         // Not before its lease passes...
-        assert!(w.app.collect_due(false).await.unwrap().is_empty());
+        assert!(swept(w.app.collect_due(false).await.unwrap()).is_empty());
         // ...then the sweep takes it over and finishes.
         w.clock
             .advance_ms(u64::try_from(COLLECT_LEASE.as_millis()).unwrap());
-        let collected = w.app.collect_due(false).await.unwrap();
+        let collected = swept(w.app.collect_due(false).await.unwrap());
         assert_eq!(collected.len(), 1, "{call:?}");
         assert_eq!(collected[0].outcome, "collected");
         assert!(w.outputs().is_empty(), "{call:?}");
@@ -308,7 +319,8 @@ async fn on_the_emulators_a_stopped_collection_is_finished_by_the_sweep() {
     let key = job_key(&sha256_hex(BYTES), &p.app.config.recipes[0].recipe_hash);
     let prefix = format!("derived/{key}/");
 
-    // The release's collection stops after its conditional write.
+    // The release's collection dies after its conditional write (its
+    // listing and its back-off fail, as a crash would).
     p.s3.delete_object()
         .bucket(&p.bucket)
         .key("only.bin")
@@ -317,6 +329,7 @@ async fn on_the_emulators_a_stopped_collection_is_finished_by_the_sweep() {
         .unwrap();
     let stopping = Arc::new(FaultPlan::new());
     stopping.fail(Call::ListObjects, 1, "crash");
+    stopping.fail(Call::DeferCollect, 1, "crash");
     let report = common::handle_with(p.worker(0, stopping), p.receive(1).await).await;
     assert!(report.response().batch_item_failures.is_empty());
     assert_eq!(p.row(&key).await.unwrap().status, JobStatus::Collecting);
@@ -325,15 +338,168 @@ async fn on_the_emulators_a_stopped_collection_is_finished_by_the_sweep() {
     // The sweep (a Scan of the due rows) on a clock past the lease.
     let lease_ms = i64::try_from(COLLECT_LEASE.as_millis()).unwrap();
     assert!(
-        p.app.collect_due(false).await.unwrap().is_empty(),
+        swept(p.app.collect_due(false).await.unwrap()).is_empty(),
         "lease live"
     );
     let later = p.worker(lease_ms + 1_000, Arc::new(FaultPlan::new()));
-    let dry = later.collect_due(true).await.unwrap();
+    let dry = swept(later.collect_due(true).await.unwrap());
     assert_eq!(dry.len(), 1);
     assert!(!dry[0].deleted.is_empty());
-    let collected = later.collect_due(false).await.unwrap();
+    let collected = swept(later.collect_due(false).await.unwrap());
     assert_eq!(collected[0].outcome, "collected");
     assert!(p.output_keys(&prefix).await.is_empty());
     assert_eq!(p.row(&key).await, None);
+}
+
+/// One job whose outputs cannot be listed (permissions, Object Lock, a
+/// missing bucket) never stops the sweep: the other due job is collected,
+/// the failing one is reported, its lease ends at once (an upload of its
+/// bytes runs it again without waiting), and it is backed off, an hour,
+/// then two, before the next try.
+#[tokio::test]
+async fn a_failing_collection_is_backed_off_and_the_sweep_goes_on() {
+    let w = world(GRACE_SECS);
+    const OTHER: &[u8] = b"other bytes";
+    let other = job_key(&sha256_hex(OTHER), &w.app.config.recipes[0].recipe_hash);
+    w.upload("a.bin").await;
+    w.objects.insert("in", "o.bin", OTHER, true);
+    w.event("ObjectCreated:Put", "o.bin").await;
+    w.remove("a.bin").await;
+    w.remove("o.bin").await;
+    w.clock.advance_ms(GRACE_SECS * 1_000);
+    let failing = format!("{}/", w.key());
+    w.faults
+        .fail_key(Call::ListObjects, &failing, usize::MAX, "AccessDenied");
+
+    let sweep = w.app.collect_due(false).await.unwrap();
+    let collected: Vec<&str> = sweep.collected.iter().map(|c| c.job_key.as_str()).collect();
+    assert_eq!(collected, [other.as_str()], "{sweep:?}");
+    assert_eq!(sweep.failures.len(), 1, "{sweep:?}");
+    assert_eq!(sweep.failures[0].job_key, w.key());
+    assert!(
+        sweep.failures[0].error.contains("AccessDenied"),
+        "{sweep:?}"
+    );
+    let row = w.app.ledger.get(&w.key()).await.unwrap().unwrap();
+    let now = w.clock.now_ms();
+    assert_eq!(row.status, JobStatus::Collecting);
+    assert_eq!(row.lease_until_ms, now, "the lease ends at once");
+    assert_eq!(row.collect_failures, 1);
+    assert_eq!(row.collect_retry_at_ms, Some(now + 3_600_000));
+
+    // Backed off: the next sweeps pass it by until the hour is up...
+    w.clock.advance_ms(3_600_000 - 1);
+    assert!(swept(w.app.collect_due(false).await.unwrap()).is_empty());
+    // ...then try again, fail again, and wait twice as long.
+    w.clock.advance_ms(1);
+    let sweep = w.app.collect_due(false).await.unwrap();
+    assert_eq!((sweep.collected.len(), sweep.failures.len()), (0, 1));
+    let row = w.app.ledger.get(&w.key()).await.unwrap().unwrap();
+    assert_eq!(row.collect_failures, 2);
+    assert_eq!(row.collect_retry_at_ms, Some(w.clock.now_ms() + 7_200_000));
+    assert!(!w.outputs().is_empty(), "nothing of it was deleted");
+
+    // Meanwhile the bytes come back: the job runs again at once, not busy.
+    assert_eq!(outcomes(&w.upload("b.bin").await), [Outcome::Ran]);
+    assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))));
+}
+
+#[test]
+fn the_back_off_doubles_from_an_hour_to_a_week() {
+    use mediaonce::handler::collect::back_off;
+    let hours = |n: u64| std::time::Duration::from_secs(n * 3600);
+    assert_eq!(back_off(1), hours(1));
+    assert_eq!(back_off(2), hours(2));
+    assert_eq!(back_off(5), hours(16));
+    assert_eq!(back_off(9), hours(168));
+    assert_eq!(back_off(u64::MAX), hours(168));
+}
+
+/// A due job with an output prefix no S3 call can read.
+fn due_row(job_key: &str, output_prefix: String) -> JobRow {
+    JobRow {
+        job_key: job_key.to_string(),
+        step: "probe".into(),
+        input_hash: sha256_hex(job_key.as_bytes()),
+        status: JobStatus::Done,
+        lease_until_ms: 0,
+        attempts: 1,
+        owner: "worker".into(),
+        output_prefix,
+        error: None,
+        updated_at_ms: 1,
+        failures: 0,
+        permanent: false,
+        refs: Some(0),
+        released_at_ms: Some(1),
+        refs_partial: false,
+        collect_failures: 0,
+        collect_retry_at_ms: None,
+    }
+}
+
+/// `mediaonce gc` against the emulators, with one due job in a bucket that
+/// does not exist: the other due job is collected, both are printed as
+/// JSON lines (the failure with its cause), and the command exits 1 after
+/// finishing the rest.
+#[tokio::test]
+async fn on_the_emulators_gc_finishes_the_sweep_past_a_failure_and_exits_1() {
+    let p = Pipeline::new(Options {
+        separate_output_bucket: true,
+        ..Options::default()
+    })
+    .await;
+    let (good, bad) = (sha256_hex(b"good job"), sha256_hex(b"bad job"));
+    p.seed_row(&due_row(
+        &good,
+        format!("s3://{}/derived/{good}/", p.output_bucket),
+    ))
+    .await;
+    p.s3.put_object()
+        .bucket(&p.output_bucket)
+        .key(format!("derived/{good}/out.json"))
+        .body(b"{}".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    let missing = format!("{}-missing", p.output_bucket);
+    p.seed_row(&due_row(&bad, format!("s3://{missing}/derived/{bad}/")))
+        .await;
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mediaonce"))
+        .arg("gc")
+        .env("MEDIAONCE_TABLE", &p.table)
+        .env("MEDIAONCE_OUTPUT_BUCKET", &p.output_bucket)
+        .env("MEDIAONCE_INPUT_BUCKET", &p.bucket)
+        .output()
+        .expect("mediaonce runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    let by_key = |key: &str| {
+        lines
+            .iter()
+            .find(|line| line["job_key"] == key)
+            .unwrap_or_else(|| panic!("{key} not in {lines:?}"))
+            .clone()
+    };
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(by_key(&good)["outcome"], "collected");
+    let failed = by_key(&bad);
+    assert_eq!(failed["outcome"], "failed");
+    assert!(
+        failed["error"].as_str().unwrap().contains("NoSuchBucket"),
+        "{failed}"
+    );
+    assert!(stderr.contains("1 failed"), "{stderr}");
+    assert_eq!(p.row(&good).await, None);
+    assert!(p.output_keys(&format!("derived/{good}/")).await.is_empty());
+    let row = p.row(&bad).await.unwrap();
+    assert_eq!(
+        (row.status, row.collect_failures),
+        (JobStatus::Collecting, 1)
+    );
 }

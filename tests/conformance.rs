@@ -40,6 +40,8 @@ fn row(key: &str, owner: &str, status: JobStatus, lease_until_ms: u64) -> JobRow
         refs: None,
         released_at_ms: None,
         refs_partial: false,
+        collect_failures: 0,
+        collect_retry_at_ms: None,
     }
 }
 

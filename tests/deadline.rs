@@ -161,3 +161,58 @@ async fn each_recipe_has_the_margin_its_step_declares() {
         ]
     );
 }
+
+/// `mediaonce invoke --timeout` gives the batch the deadline a function
+/// timeout would: with 2 s (less than the 5 s a job needs to start) the
+/// job is deferred and its message fails; with 60 s it runs. A timeout
+/// out of Lambda's range is refused, naming it.
+#[tokio::test]
+async fn invoke_with_a_timeout_defers_what_would_not_finish() {
+    let p = Pipeline::new(Options::default()).await;
+    p.put("a.bin", b"a", true).await;
+    let message = p.receive(1).await.remove(0);
+    let mut event = aws_lambda_events::event::sqs::SqsEvent::default();
+    event.records = vec![message.clone()];
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("invoke-timeout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("event.json");
+    std::fs::write(&file, serde_json::to_vec(&event).unwrap()).unwrap();
+    let invoke = |timeout: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_mediaonce"))
+            .args(["invoke", "--event"])
+            .arg(&file)
+            .args(["--timeout", timeout])
+            .env("MEDIAONCE_TABLE", &p.table)
+            .env("MEDIAONCE_OUTPUT_BUCKET", &p.output_bucket)
+            .output()
+            .expect("mediaonce runs")
+    };
+    let response = |out: &std::process::Output| -> serde_json::Value {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(stdout.lines().last().expect("a response")).unwrap()
+    };
+
+    let out = invoke("2");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        response(&out)["batchItemFailures"][0]["itemIdentifier"],
+        message.message_id.clone().unwrap().as_str(),
+        "{stderr}"
+    );
+    assert!(stderr.contains("invocation deadline"), "{stderr}");
+
+    let out = invoke("60");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        response(&out)["batchItemFailures"],
+        serde_json::json!([]),
+        "{stderr}"
+    );
+
+    let out = invoke("901");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1..=900"));
+}

@@ -124,6 +124,8 @@ async fn a_5xx_on_takeover_comes_back_then_takes_over() {
         refs: None,
         released_at_ms: None,
         refs_partial: false,
+        collect_failures: 0,
+        collect_retry_at_ms: None,
     };
     p.seed_row(&dead).await;
     let faults = Arc::new(FaultPlan::new());

@@ -398,7 +398,9 @@ async fn lifecycle(versioned: bool) {
     let sweeper = soak
         .p
         .seeded_worker(clock_ms, Arc::new(FaultPlan::new()), seed);
-    let collected = sweeper.collect_due(false).await.expect("the sweep");
+    let sweep = sweeper.collect_due(false).await.expect("the sweep");
+    assert!(sweep.failures.is_empty(), "{:?}", sweep.failures);
+    let collected = sweep.collected;
 
     // What should be: per content that a version still uses, the count.
     let p = &soak.p;

@@ -312,7 +312,11 @@ async fn rows_older_than_the_count_are_adopted_rebuilt_sealed_then_collected() {
     }
     handle_ok(&p, p.receive(3).await).await;
     assert_eq!(partial(&p, &a).await, (Some(0), true));
-    assert!(p.app.collect_due(false).await.unwrap().is_empty());
+    let sweep = p.app.collect_due(false).await.unwrap();
+    assert!(
+        sweep.collected.is_empty() && sweep.failures.is_empty(),
+        "{sweep:?}"
+    );
     assert!(!p.output_keys(&format!("derived/{a}/")).await.is_empty());
 
     // The seal: counts complete; the orphan counted at 0.
@@ -340,6 +344,7 @@ async fn rows_older_than_the_count_are_adopted_rebuilt_sealed_then_collected() {
         .collect_due(false)
         .await
         .unwrap()
+        .collected
         .into_iter()
         .map(|c| c.job_key)
         .collect();

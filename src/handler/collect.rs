@@ -13,7 +13,11 @@
 //!
 //! A collection that stops anywhere leaves a `collecting` row whose lease
 //! passes: the next collection (or a claim, which runs the job again from
-//! nothing) takes it over.
+//! nothing) takes it over. A collection that fails (a prefix that cannot
+//! be listed or deleted: permissions, Object Lock, a missing bucket) ends
+//! its lease at once and backs the job off (`collect_retry_at_ms`, doubling
+//! from an hour to a week), and the sweep goes on to the next job: one job
+//! never stops the rest.
 //!
 //! Abandoned rows are collected the same way: a `running` row whose lease
 //! ended a grace ago, or a `failed` one (not poisoned) untouched for a
@@ -23,12 +27,16 @@ use std::time::Duration;
 
 use super::App;
 use crate::config::split_s3_location;
-use crate::ledger::{CollectDue, CollectRequest, Conditional, JobRow};
+use crate::ledger::{CollectDue, CollectRequest, Conditional, DeferCollect, JobRow};
 
 /// How long a collection may take before another may take it over.
 pub const COLLECT_LEASE: Duration = Duration::from_secs(300);
 /// No page of deletes starts with less than this left of the lease.
 const LEASE_MARGIN: Duration = Duration::from_secs(30);
+/// A job whose collection failed is not collected again for this long,
+/// doubled at each failure in a row, up to [`MAX_BACK_OFF`].
+pub const FIRST_BACK_OFF: Duration = Duration::from_secs(3600);
+pub const MAX_BACK_OFF: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// What collecting a job came to.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -40,13 +48,44 @@ pub struct Collected {
     pub outcome: String,
 }
 
+/// A collection that failed: the job and why. The sweep goes on past it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CollectionFailure {
+    pub job_key: String,
+    pub error: String,
+}
+
+/// What one sweep came to: every job collected (or, in a dry run, that
+/// would be), and every one whose collection failed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Sweep {
+    pub collected: Vec<Collected>,
+    pub failures: Vec<CollectionFailure>,
+}
+
+impl Sweep {
+    /// The objects deleted (or that would be).
+    pub fn objects(&self) -> usize {
+        self.collected.iter().map(|c| c.deleted.len()).sum()
+    }
+}
+
+/// How long a job waits after its `failures`-th failed collection in a row
+/// (counting from 1).
+pub fn back_off(failures: u64) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16) as u32;
+    FIRST_BACK_OFF.saturating_mul(1 << doublings).min(MAX_BACK_OFF)
+}
+
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl App {
-    /// Collects `job_key` if it is due now. `Err` when a call fails (the
-    /// row stays `collecting` until its lease passes, then is taken over).
+    /// Collects `job_key` if it is due now. `Err` when a call fails: the
+    /// collection's lease ends at once and the job is backed off
+    /// (`defer_collection`); a collector that dies instead leaves the row
+    /// `collecting` until its lease passes, and it is then taken over.
     pub async fn collect(&self, job_key: &str) -> Result<Collected, String> {
         let now = self.now_ms();
         let owner = self.owner_token("collector");
@@ -68,7 +107,20 @@ impl App {
             }
             Err(err) => return Err(err.to_string()),
         };
-        let (bucket, prefix) = prefix_of(&row)?;
+        match self.delete_outputs(&row, lease_until_ms).await {
+            Ok(deleted) => self.end_collection(&row, &owner, deleted).await,
+            Err(error) => {
+                self.defer_collection(&row, &owner).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Deletes every object under the row's output prefix, a page at a
+    /// time, while the collector's lease lasts.
+    async fn delete_outputs(&self, row: &JobRow, lease_until_ms: u64) -> Result<Vec<String>, String> {
+        let job_key = &row.job_key;
+        let (bucket, prefix) = prefix_of(row)?;
         let mut deleted = Vec::new();
         loop {
             // Never past the lease: a collection taken over must not delete
@@ -84,17 +136,28 @@ impl App {
                 .store
                 .list_page(bucket, prefix, None)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| format!("collecting {job_key}: listing {prefix}: {e}"))?;
             if keys.is_empty() {
-                break;
+                return Ok(deleted);
             }
             self.store
                 .delete_keys(bucket, &keys)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| format!("collecting {job_key}: deleting under {prefix}: {e}"))?;
             deleted.extend(keys);
         }
-        match self.ledger.end_collect(job_key, &owner).await {
+    }
+
+    /// Deletes the collected row, conditioned on the collection still
+    /// being this one.
+    async fn end_collection(
+        &self,
+        row: &JobRow,
+        owner: &str,
+        deleted: Vec<String>,
+    ) -> Result<Collected, String> {
+        let job_key = row.job_key.as_str();
+        match self.ledger.end_collect(job_key, owner).await {
             Ok(Conditional::Applied(())) => {
                 tracing::info!(job_key, objects = deleted.len(), "collected");
                 Ok(Collected {
@@ -111,6 +174,34 @@ impl App {
         }
     }
 
+    /// After a failed collection: its lease ends now (a claim may run the
+    /// job again at once) and the job is backed off. Best effort: if this
+    /// write fails too, the lease passes by itself and the next sweep
+    /// retries without waiting.
+    async fn defer_collection(&self, row: &JobRow, owner: &str) {
+        let now_ms = self.now_ms();
+        let wait = back_off(row.collect_failures + 1);
+        let request = DeferCollect {
+            job_key: row.job_key.clone(),
+            owner: owner.to_string(),
+            now_ms,
+            retry_at_ms: now_ms + millis(wait),
+        };
+        match self.ledger.defer_collect(&request).await {
+            Ok(Conditional::Applied(())) => {}
+            Ok(Conditional::Rejected(row)) => tracing::warn!(
+                job_key = %request.job_key,
+                row = %why_not(row.as_ref()),
+                "a failed collection's row changed before it was backed off"
+            ),
+            Err(err) => tracing::warn!(
+                job_key = %request.job_key,
+                error = %err,
+                "a failed collection could not be backed off; its lease passes by itself"
+            ),
+        }
+    }
+
     /// What is due at `now_ms`, with this configuration's grace and caps.
     fn collect_due_at(&self, now_ms: u64) -> CollectDue {
         CollectDue {
@@ -121,41 +212,62 @@ impl App {
     }
 
     /// Every job due for collection now; with `dry_run`, what would be
-    /// deleted, touching nothing.
-    pub async fn collect_due(&self, dry_run: bool) -> Result<Vec<Collected>, String> {
+    /// deleted, touching nothing. A job whose collection fails is logged
+    /// with its cause, backed off, and listed in the sweep's failures; the
+    /// sweep goes on. `Err` only when the due jobs cannot be listed.
+    pub async fn collect_due(&self, dry_run: bool) -> Result<Sweep, String> {
         let due = self
             .ledger
             .collectable(&self.collect_due_at(self.now_ms()))
             .await
             .map_err(|e| e.to_string())?;
-        let mut collected = Vec::with_capacity(due.len());
+        let mut sweep = Sweep::default();
         for row in due {
-            if dry_run {
-                let (bucket, prefix) = prefix_of(&row)?;
-                let mut keys = Vec::new();
-                let mut from: Option<String> = None;
-                loop {
-                    let (page, next) = self
-                        .store
-                        .list_page(bucket, prefix, from.as_deref())
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    keys.extend(page);
-                    match next {
-                        Some(next) => from = Some(next),
-                        None => break,
-                    }
-                }
-                collected.push(Collected {
-                    job_key: row.job_key.clone(),
-                    deleted: keys,
-                    outcome: "dry-run".into(),
-                });
+            let result = if dry_run {
+                self.would_delete(&row).await
             } else {
-                collected.push(self.collect(&row.job_key).await?);
+                self.collect(&row.job_key).await
+            };
+            match result {
+                Ok(collected) => sweep.collected.push(collected),
+                Err(error) => {
+                    tracing::error!(
+                        job_key = %row.job_key,
+                        error = %error,
+                        "collection failed; the job is backed off and the sweep goes on"
+                    );
+                    sweep.failures.push(CollectionFailure {
+                        job_key: row.job_key,
+                        error,
+                    });
+                }
             }
         }
-        Ok(collected)
+        Ok(sweep)
+    }
+
+    /// What collecting `row` would delete, touching nothing.
+    async fn would_delete(&self, row: &JobRow) -> Result<Collected, String> {
+        let (bucket, prefix) = prefix_of(row)?;
+        let mut keys = Vec::new();
+        let mut from: Option<String> = None;
+        loop {
+            let (page, next) = self
+                .store
+                .list_page(bucket, prefix, from.as_deref())
+                .await
+                .map_err(|e| format!("listing {prefix}: {e}"))?;
+            keys.extend(page);
+            match next {
+                Some(next) => from = Some(next),
+                None => break,
+            }
+        }
+        Ok(Collected {
+            job_key: row.job_key.clone(),
+            deleted: keys,
+            outcome: "dry-run".into(),
+        })
     }
 }
 

@@ -38,7 +38,7 @@ use crate::store::ObjectStore;
 
 mod batch;
 mod busy;
-mod collect;
+pub mod collect;
 mod identify;
 mod job;
 mod log;
@@ -142,6 +142,24 @@ impl App {
             crate::metrics::take_cold_start(),
             self.now_ms(),
         );
+        self.write_documents(&documents);
+    }
+
+    /// Writes a collection sweep's EMF document (`metrics::sweep_document`).
+    pub fn write_sweep_metrics(&self, sweep: &collect::Sweep) {
+        let Some(namespace) = &self.config.metrics_namespace else {
+            return;
+        };
+        let document = crate::metrics::sweep_document(
+            namespace,
+            sweep.collected.len(),
+            sweep.failures.len(),
+            self.now_ms(),
+        );
+        self.write_documents(&[document]);
+    }
+
+    fn write_documents(&self, documents: &[serde_json::Value]) {
         let lines: String = documents
             .iter()
             .map(|document| format!("{document}\n"))

@@ -264,18 +264,30 @@ async fn process_record(
 /// With no grace (`MEDIAONCE_GC_GRACE_SECS=0`), the jobs a release freed
 /// are collected at once; otherwise the sweep (`mediaonce gc`, or the
 /// scheduled event) collects them when their grace has passed. A failed
-/// collection is logged: the sweep finishes it.
+/// collection is logged, backed off and counted (`CollectionFailures`):
+/// the sweep finishes it.
 async fn collect_now(app: &App, released: &[String]) {
     if !app.config.gc_grace.is_zero() {
         return;
     }
+    let mut sweep = super::collect::Sweep::default();
     for job_key in released {
         match app.collect(job_key).await {
             Ok(collected) => {
-                tracing::info!(job_key, outcome = collected.outcome.as_str(), objects = collected.deleted.len(), "collection")
+                tracing::info!(job_key, outcome = collected.outcome.as_str(), objects = collected.deleted.len(), "collection");
+                sweep.collected.push(collected);
             }
-            Err(err) => tracing::warn!(job_key, error = %err, "collection failed: the sweep finishes it"),
+            Err(error) => {
+                tracing::error!(job_key, error = %error, "collection failed: backed off, the sweep finishes it");
+                sweep.failures.push(super::collect::CollectionFailure {
+                    job_key: job_key.clone(),
+                    error,
+                });
+            }
         }
+    }
+    if !sweep.failures.is_empty() {
+        app.write_sweep_metrics(&sweep);
     }
 }
 

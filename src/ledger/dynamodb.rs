@@ -19,20 +19,21 @@ use super::items::{
 };
 
 use super::{
-    attr, max_runs, Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, Finish, JobRow,
-    JobStatus, LedgerError, LedgerTable, RefWrite,
+    attr, max_runs, Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, DeferCollect,
+    Finish, JobRow, JobStatus, LedgerError, LedgerTable, RefWrite,
 };
 
 /// When a row is due for collection ([`super::collectable`]): the
 /// collection's condition and the sweep's filter, written once.
 /// (A failed row from before `failures` was counted is never due here.)
-const COLLECTABLE: &str = "(#status = :done AND #refs = :zero AND #released <= :cutoff \
+const COLLECTABLE: &str = "(attribute_not_exists(#retry) OR #retry <= :now) AND (\
+     (#status = :done AND #refs = :zero AND #released <= :cutoff \
      AND attribute_not_exists(#partial)) \
      OR (#status = :collecting AND #lease <= :now) \
      OR (#status = :running AND #lease <= :cutoff AND #attempts < :max_runs) \
      OR (#status = :failed AND #updated <= :cutoff AND #attempts < :max_runs \
          AND #failures < :max_attempts \
-         AND (attribute_not_exists(#permanent) OR #permanent = :false))";
+         AND (attribute_not_exists(#permanent) OR #permanent = :false)))";
 
 /// A done row whose count is not known complete ([`super::unsealed`]).
 const UNSEALED: &str =
@@ -49,6 +50,7 @@ fn collectable_names() -> std::collections::HashMap<String, String> {
         ("#updated", attr::UPDATED_AT_MS),
         ("#failures", attr::FAILURES),
         ("#permanent", attr::PERMANENT),
+        ("#retry", attr::COLLECT_RETRY_AT_MS),
     ]
     .into_iter()
     .map(|(name, attribute)| (name.to_string(), attribute.to_string()))
@@ -564,6 +566,36 @@ impl LedgerTable for DynamoDbTable {
         }
     }
 
+    async fn defer_collect(&self, request: &DeferCollect) -> Result<Conditional<()>, LedgerError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(&request.job_key))
+            .update_expression(
+                "SET #lease = :now, #updated = :now, #retry = :retry ADD #failures :one",
+            )
+            .condition_expression("#owner = :me AND #status = :collecting")
+            .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
+            .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
+            .expression_attribute_names("#retry", attr::COLLECT_RETRY_AT_MS)
+            .expression_attribute_names("#failures", attr::COLLECT_FAILURES)
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_values(":now", n(request.now_ms))
+            .expression_attribute_values(":retry", n(request.retry_at_ms))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":me", s(&request.owner))
+            .expression_attribute_values(":collecting", s(JobStatus::Collecting.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        Ok(match self.update_outcome(&request.job_key, update)? {
+            Ok(_) => Conditional::Applied(()),
+            Err(rejected) => rejected,
+        })
+    }
+
     async fn scan_collectable(
         &self,
         due: &CollectDue,
@@ -689,6 +721,8 @@ mod tests {
             refs: None,
             released_at_ms: None,
             refs_partial: false,
+            collect_failures: 0,
+            collect_retry_at_ms: None,
         }
     }
 

@@ -8,7 +8,7 @@ use crate::faults::{Call, FaultPlan};
 use crate::identity::ObjectVersion;
 use crate::references::{RefChange, VersionName, VersionRefs};
 
-use super::{CollectDue, CollectRequest, RefWrite};
+use super::{CollectDue, CollectRequest, DeferCollect, RefWrite};
 
 #[derive(Debug, Clone)]
 pub struct FaultyTable {
@@ -139,6 +139,11 @@ impl LedgerTable for FaultyTable {
     ) -> Result<Conditional<()>, LedgerError> {
         self.check(Call::EndCollect, "DeleteItem", job_key)?;
         self.inner.end_collect(job_key, owner).await
+    }
+
+    async fn defer_collect(&self, request: &DeferCollect) -> Result<Conditional<()>, LedgerError> {
+        self.check(Call::DeferCollect, "UpdateItem", &request.job_key)?;
+        self.inner.defer_collect(request).await
     }
 
     async fn scan_collectable(

@@ -81,6 +81,14 @@ impl JobRow {
                     ))
                 }
             },
+            collect_failures: match item.get(attr::COLLECT_FAILURES) {
+                None => 0,
+                Some(_) => number(attr::COLLECT_FAILURES)?,
+            },
+            collect_retry_at_ms: match item.get(attr::COLLECT_RETRY_AT_MS) {
+                None => None,
+                Some(_) => Some(number(attr::COLLECT_RETRY_AT_MS)?),
+            },
         })
     }
 
@@ -111,6 +119,12 @@ impl JobRow {
         }
         if self.refs_partial {
             item.insert(ref_attr::REFS_PARTIAL.into(), AttributeValue::Bool(true));
+        }
+        if self.collect_failures > 0 {
+            item.insert(attr::COLLECT_FAILURES.into(), n(self.collect_failures));
+        }
+        if let Some(at) = self.collect_retry_at_ms {
+            item.insert(attr::COLLECT_RETRY_AT_MS.into(), n(at));
         }
         item
     }

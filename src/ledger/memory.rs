@@ -11,7 +11,7 @@ use super::{
 use crate::identity::ObjectVersion;
 use crate::references::{RefChange, VersionName, VersionRefs};
 
-use super::{collectable, unsealed, CollectDue, CollectRequest, RefWrite};
+use super::{collectable, unsealed, CollectDue, CollectRequest, DeferCollect, RefWrite};
 
 #[derive(Debug, Default)]
 pub struct InMemoryTable {
@@ -284,6 +284,21 @@ impl LedgerTable for InMemoryTable {
             return Ok(Conditional::Rejected(Some(row.clone())));
         }
         rows.remove(job_key);
+        Ok(Conditional::Applied(()))
+    }
+
+    async fn defer_collect(&self, request: &DeferCollect) -> Result<Conditional<()>, LedgerError> {
+        let mut rows = self.rows();
+        let Some(row) = rows.get_mut(&request.job_key) else {
+            return Ok(Conditional::Rejected(None));
+        };
+        if row.status != JobStatus::Collecting || row.owner != request.owner {
+            return Ok(Conditional::Rejected(Some(row.clone())));
+        }
+        row.lease_until_ms = request.now_ms;
+        row.updated_at_ms = request.now_ms;
+        row.collect_failures += 1;
+        row.collect_retry_at_ms = Some(request.retry_at_ms);
         Ok(Conditional::Applied(()))
     }
 

@@ -46,6 +46,10 @@ pub mod attr {
     pub const UPDATED_AT_MS: &str = "updated_at_ms";
     pub const FAILURES: &str = "failures";
     pub const PERMANENT: &str = "permanent";
+    /// Collections of the job that failed since it was last collectable.
+    pub const COLLECT_FAILURES: &str = "collect_failures";
+    /// No collection of the job starts before this (epoch ms).
+    pub const COLLECT_RETRY_AT_MS: &str = "collect_retry_at_ms";
 }
 
 /// Stored errors are cut to this many characters.
@@ -110,6 +114,10 @@ pub struct JobRow {
     /// row (it was done before references were counted): never collected
     /// until `mediaonce refs seal` declares the count complete.
     pub refs_partial: bool,
+    /// Collections of this job that failed (`collect_failures`).
+    pub collect_failures: u64,
+    /// A failed collection backs off: no collection starts before this.
+    pub collect_retry_at_ms: Option<u64>,
 }
 
 /// How a claim ends.
@@ -378,6 +386,12 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
     async fn end_collect(&self, job_key: &str, owner: &str)
         -> Result<Conditional<()>, LedgerError>;
 
+    /// After a failed collection, conditioned on `collecting` by
+    /// `request.owner`: the lease ends now (a claim may take the job over
+    /// at once and run it again), `collect_failures` goes up by one, and no
+    /// collection starts before `request.retry_at_ms`.
+    async fn defer_collect(&self, request: &DeferCollect) -> Result<Conditional<()>, LedgerError>;
+
     /// One Scan page of the rows due for collection (as [`begin_collect`]'s
     /// condition says, at `due`), from `from` (the last page's `next`).
     ///
@@ -431,6 +445,9 @@ pub struct CollectDue {
 ///   in a whole grace, because its object is gone. Its outputs are partial
 ///   at most; a later upload of the same bytes runs it from nothing.
 pub fn collectable(row: &JobRow, due: &CollectDue) -> bool {
+    if row.collect_retry_at_ms.is_some_and(|at| at > due.now_ms) {
+        return false;
+    }
     let poisoned = judge(row, due.now_ms, due.max_attempts) == Verdict::Poisoned;
     match row.status {
         JobStatus::Done => {
@@ -452,6 +469,16 @@ pub struct CollectRequest {
     pub owner: String,
     pub lease_until_ms: u64,
     pub due: CollectDue,
+}
+
+/// A failed collection's back-off ([`LedgerTable::defer_collect`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeferCollect {
+    pub job_key: String,
+    /// The collector's fencing token.
+    pub owner: String,
+    pub now_ms: u64,
+    pub retry_at_ms: u64,
 }
 
 /// What a reference transaction came to.
@@ -577,6 +604,14 @@ impl Ledger {
         self.call().end_collect(job_key, owner).await
     }
 
+    /// Backs a failed collection off.
+    pub async fn defer_collect(
+        &self,
+        request: &DeferCollect,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.call().defer_collect(request).await
+    }
+
     /// Every row due for collection (all Scan pages).
     pub async fn collectable(&self, due: &CollectDue) -> Result<Vec<JobRow>, LedgerError> {
         let mut rows = Vec::new();
@@ -645,6 +680,8 @@ impl Ledger {
             refs: Some(0),
             released_at_ms: None,
             refs_partial: false,
+            collect_failures: 0,
+            collect_retry_at_ms: None,
         };
         // Twice at most: a row deleted between the failed put and the read
         // (a released claim) means the key is free again, so claim anew.

@@ -18,6 +18,8 @@ fn row(status: JobStatus, lease_until_ms: u64) -> JobRow {
         refs: None,
         released_at_ms: None,
         refs_partial: false,
+        collect_failures: 0,
+        collect_retry_at_ms: None,
     }
 }
 
@@ -226,6 +228,9 @@ impl LedgerTable for DeletedInBetween {
         owner: &str,
     ) -> Result<Conditional<()>, LedgerError> {
         self.inner.end_collect(job_key, owner).await
+    }
+    async fn defer_collect(&self, request: &DeferCollect) -> Result<Conditional<()>, LedgerError> {
+        self.inner.defer_collect(request).await
     }
     async fn scan_collectable(
         &self,

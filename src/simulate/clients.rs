@@ -14,8 +14,8 @@ use crate::fingerprint::ObjectHead;
 use crate::identity::ObjectVersion;
 use crate::ledger::memory::InMemoryTable;
 use crate::ledger::{
-    Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, Finish, JobRow, LedgerError,
-    LedgerTable, RefWrite,
+    Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, DeferCollect, Finish, JobRow,
+    LedgerError, LedgerTable, RefWrite,
 };
 use crate::references::{RefChange, VersionName, VersionRefs};
 use crate::store::memory::InMemoryObjects;
@@ -188,6 +188,10 @@ impl LedgerTable for SimTable {
     ) -> Result<Conditional<()>, LedgerError> {
         self.count("DeleteItem (collected)", 1.0, 0.0).await;
         self.inner.end_collect(job_key, owner).await
+    }
+    async fn defer_collect(&self, request: &DeferCollect) -> Result<Conditional<()>, LedgerError> {
+        self.count("UpdateItem (collection failed)", 1.0, 0.0).await;
+        self.inner.defer_collect(request).await
     }
     async fn scan_collectable(
         &self,

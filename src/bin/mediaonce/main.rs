@@ -149,6 +149,12 @@ enum Command {
         /// default when stderr is a terminal).
         #[arg(long)]
         pretty: bool,
+        /// The invocation's deadline, SECS from now, as a function timeout
+        /// sets it in Lambda (1 to 900): jobs that would not finish are
+        /// deferred, ffmpeg is stopped before it, claims' leases end with
+        /// it. Default: no deadline.
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=900))]
+        timeout: Option<u64>,
     },
 }
 
@@ -179,7 +185,11 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Invoke { event, pretty } => invoke(&event, pretty),
+        Command::Invoke {
+            event,
+            pretty,
+            timeout,
+        } => invoke(&event, pretty, timeout),
         Command::Outputs { object, version_id } => outputs(&object, version_id),
         Command::Gc { dry_run } => gc(dry_run),
         Command::Refs { command } => refs::run(command),
@@ -312,7 +322,7 @@ fn keys_from_jsonl() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn invoke(path: &PathBuf, pretty: bool) -> ExitCode {
+fn invoke(path: &PathBuf, pretty: bool, timeout_secs: Option<u64>) -> ExitCode {
     // Logs go to stderr; stdout carries the response.
     mediaonce::logging::init(std::io::stderr);
     let text = match std::fs::read_to_string(path) {
@@ -333,9 +343,12 @@ fn invoke(path: &PathBuf, pretty: bool) -> ExitCode {
             Ok(app) => Arc::new(app),
             Err(e) => return fail(format!("invoke: {e}")),
         };
+        // The deadline is counted from here, once the function is ready,
+        // as Lambda counts it from the invocation's start.
+        let deadline_ms = timeout_secs.map(|secs| app.now_ms() + secs * 1_000);
         let invocation = Invocation {
             request_id: format!("cli-{}", std::process::id()),
-            deadline_ms: None,
+            deadline_ms,
         };
         let report = handle_batch(app, event, invocation).await;
         if pretty || std::io::IsTerminal::is_terminal(&std::io::stderr()) {
@@ -457,24 +470,43 @@ fn gc(dry_run: bool) -> ExitCode {
             Err(e) => return fail(format!("gc: {e}")),
         };
         match app.collect_due(dry_run).await {
-            Ok(collected) => {
-                for job in &collected {
-                    match serde_json::to_string(job) {
+            Ok(sweep) => {
+                // One JSON line per job, collected or failed; the failures
+                // after the rest, so a script reads every outcome.
+                let failures = sweep.failures.iter().map(|failure| {
+                    serde_json::json!({
+                        "job_key": failure.job_key,
+                        "outcome": "failed",
+                        "error": failure.error,
+                    })
+                });
+                let lines = sweep
+                    .collected
+                    .iter()
+                    .map(serde_json::to_value)
+                    .chain(failures.map(Ok));
+                for line in lines {
+                    match line {
                         Ok(line) => println!("{line}"),
                         Err(e) => return fail(format!("gc: {e}")),
                     }
                 }
                 eprintln!(
-                    "gc: {} job(s) {}, {} object(s)",
-                    collected.len(),
+                    "gc: {} job(s) {}, {} object(s), {} failed",
+                    sweep.collected.len(),
                     if dry_run {
                         "due (dry run)"
                     } else {
                         "collected"
                     },
-                    collected.iter().map(|c| c.deleted.len()).sum::<usize>()
+                    sweep.objects(),
+                    sweep.failures.len()
                 );
-                ExitCode::SUCCESS
+                if sweep.failures.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
             }
             Err(e) => fail(format!("gc: {e}")),
         }
