@@ -122,7 +122,14 @@ pub struct ObjectVersion {
 /// key is 64 hex digits, so the two never meet.
 pub const CACHE_ROW_PREFIX: &str = "input-hash#";
 
-/// Attribute names of a hash cache row (besides `job_key` and `input_hash`).
+/// How long a hash cache row is kept (its `expires_at`, the claim table's
+/// TTL attribute): 90 days, far past the 14 days SQS keeps a message, so
+/// the events of an upload find it; a later `reprocess` or `refs rebuild`
+/// of the version hashes the bytes again.
+pub const HASH_CACHE_SECS: u64 = 90 * 24 * 3600;
+
+/// Attribute names of a hash cache row (besides `job_key`, `input_hash` and
+/// `expires_at`).
 pub mod attr {
     pub const BUCKET: &str = "bucket";
     pub const OBJECT_KEY: &str = "object_key";

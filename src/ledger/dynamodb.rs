@@ -721,9 +721,29 @@ mod tests {
             refs: None,
             released_at_ms: None,
             refs_partial: false,
-            collect_failures: 0,
-            collect_retry_at_ms: None,
+            collect_failures: 2,
+            collect_retry_at_ms: Some(7),
         }
+    }
+
+    /// A hash cache row expires (the table's TTL attribute) 90 days after
+    /// it was written, and is still read as the version's until removed.
+    #[test]
+    fn hash_cache_rows_expire() {
+        let version = ObjectVersion {
+            bucket: "in".into(),
+            key: "a.bin".into(),
+            version_id: Some("v1".into()),
+            etag: "\"e\"".into(),
+            size: 3,
+            crc64nvme: None,
+        };
+        let item = cache_row(&version, "hash", 5_000);
+        assert_eq!(
+            item.get(crate::references::attr::EXPIRES_AT),
+            Some(&n(5 + 90 * 24 * 3600))
+        );
+        assert!(cache_row_is_of(&item, &version));
     }
 
     #[test]

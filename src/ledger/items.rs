@@ -333,6 +333,13 @@ pub(super) fn cache_row(version: &ObjectVersion, input_hash: &str, now_ms: u64) 
         (cache_attr::ETAG, s(&version.etag)),
         (cache_attr::SIZE, n(version.size)),
         (cache_attr::COMPUTED_AT_MS, n(now_ms)),
+        // DynamoDB's TTL removes the row once no event of the version is
+        // likely to come; a version's bytes never change, so a row read
+        // after it expired (TTL deletes lazily) still names them.
+        (
+            ref_attr::EXPIRES_AT,
+            n(now_ms / 1000 + crate::identity::HASH_CACHE_SECS),
+        ),
     ]
     .into_iter()
     .map(|(name, value)| (name.to_string(), value))
@@ -346,7 +353,11 @@ pub(super) fn cache_row(version: &ObjectVersion, input_hash: &str, now_ms: u64) 
 /// Whether a cache row names exactly `version`.
 pub(super) fn cache_row_is_of(item: &Item, version: &ObjectVersion) -> bool {
     let mut expected = cache_row(version, "", 0);
-    for ignored in [attr::INPUT_HASH, cache_attr::COMPUTED_AT_MS] {
+    for ignored in [
+        attr::INPUT_HASH,
+        cache_attr::COMPUTED_AT_MS,
+        ref_attr::EXPIRES_AT,
+    ] {
         expected.remove(ignored);
     }
     expected
