@@ -247,9 +247,27 @@ fn gradient_jpeg(
     out
 }
 
+/// A greyscale JPEG of `width` × `height`: black at the top left, white
+/// at the bottom right.
+fn grey_jpeg(width: u32, height: u32) -> Vec<u8> {
+    let mut pixels = Vec::with_capacity((width * height) as usize);
+    for y in 0..height {
+        for x in 0..width {
+            let (across, down) = (x * 255 / (width - 1), y * 255 / (height - 1));
+            pixels.push(((across + down) / 2) as u8);
+        }
+    }
+    let mut out = Vec::new();
+    Encoder::new(&mut out, 90)
+        .encode(&pixels, width as u16, height as u16, ColorType::Luma)
+        .unwrap();
+    out
+}
+
 /// JPEGs whose sides are not multiples of the reduced scale's block (an
 /// iPhone screenshot's 1179 × 2556 among them) in every shape the
-/// shrink-on-load paths take, each thumbnailed at 100, 320 and 640 px (one
+/// shrink-on-load paths take (4:2:0, 4:1:1, 4:4:0, progressive, restart
+/// markers, greyscale, EXIF-rotated), each thumbnailed at 100, 320 and 640 px (one
 /// recipe a width) through the step on the emulators: every job runs, at
 /// the width asked and the height in proportion, with its corners where
 /// the upright picture has them.
@@ -289,6 +307,7 @@ async fn jpegs_of_any_width_thumbnail_at_every_scale() {
             gradient_jpeg(1001, 667, (|e| e.set_restart_interval(3)) as Shape),
             (1001, 667),
         ),
+        ("grey", grey_jpeg(3001, 1999), (3001, 1999)),
         (
             "EXIF 6",
             common::media::with_orientation(&gradient_jpeg(1001, 667, (|_| {}) as Shape), 6),
@@ -331,10 +350,10 @@ async fn jpegs_of_any_width_thumbnail_at_every_scale() {
             // Upright, red grows to the right and green downwards, but EXIF 6
             // turned the stored picture a quarter clockwise: its stored left
             // edge (no red) is now the top, its bottom (green) the left.
-            let (tl, br) = if *name == "EXIF 6" {
-                ([0, 255, 90], [255, 0, 90])
-            } else {
-                ([0, 0, 90], [255, 255, 90])
+            let (tl, br) = match *name {
+                "EXIF 6" => ([0, 255, 90], [255, 0, 90]),
+                "grey" => ([0, 0, 0], [255, 255, 255]),
+                _ => ([0, 0, 90], [255, 255, 90]),
             };
             let near = |got: [u8; 3], want: [u8; 3]| {
                 got.iter().zip(want).all(|(&g, w)| g.abs_diff(w) <= 24)
