@@ -17,6 +17,9 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 target=${2:-parse_body}
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+# The seeds are made by the pinned ffmpeg (as make test's clips), unless
+# MEDIAONCE_FFMPEG names another.
+ffmpeg() { "${MEDIAONCE_FFMPEG:-$(scripts/emulators.sh ffmpeg 2>/dev/null | tail -n 1)}" "$@"; }
 corpus=fuzz/corpus/$target
 mkdir -p "$corpus"
 if [ "$target" = parse_movie ]; then
