@@ -64,6 +64,25 @@ pub struct Sweep {
 }
 
 impl Sweep {
+    /// Adds one job's collection; a failure is logged at error with its
+    /// cause (the job is backed off already) and listed.
+    pub fn record(&mut self, job_key: &str, result: Result<Collected, String>) {
+        match result {
+            Ok(collected) => self.collected.push(collected),
+            Err(error) => {
+                tracing::error!(
+                    job_key,
+                    error = %error,
+                    "collection failed; the job is backed off and the sweep goes on"
+                );
+                self.failures.push(CollectionFailure {
+                    job_key: job_key.to_string(),
+                    error,
+                });
+            }
+        }
+    }
+
     /// The objects deleted (or that would be).
     pub fn objects(&self) -> usize {
         self.collected.iter().map(|c| c.deleted.len()).sum()
@@ -228,20 +247,7 @@ impl App {
             } else {
                 self.collect(&row.job_key).await
             };
-            match result {
-                Ok(collected) => sweep.collected.push(collected),
-                Err(error) => {
-                    tracing::error!(
-                        job_key = %row.job_key,
-                        error = %error,
-                        "collection failed; the job is backed off and the sweep goes on"
-                    );
-                    sweep.failures.push(CollectionFailure {
-                        job_key: row.job_key,
-                        error,
-                    });
-                }
-            }
+            sweep.record(&row.job_key, result);
         }
         Ok(sweep)
     }

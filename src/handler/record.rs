@@ -272,19 +272,11 @@ async fn collect_now(app: &App, released: &[String]) {
     }
     let mut sweep = super::collect::Sweep::default();
     for job_key in released {
-        match app.collect(job_key).await {
-            Ok(collected) => {
-                tracing::info!(job_key, outcome = collected.outcome.as_str(), objects = collected.deleted.len(), "collection");
-                sweep.collected.push(collected);
-            }
-            Err(error) => {
-                tracing::error!(job_key, error = %error, "collection failed: backed off, the sweep finishes it");
-                sweep.failures.push(super::collect::CollectionFailure {
-                    job_key: job_key.clone(),
-                    error,
-                });
-            }
+        let result = app.collect(job_key).await;
+        if let Ok(collected) = &result {
+            tracing::info!(job_key, outcome = collected.outcome.as_str(), objects = collected.deleted.len(), "collection");
         }
+        sweep.record(job_key, result);
     }
     if !sweep.failures.is_empty() {
         app.write_sweep_metrics(&sweep);

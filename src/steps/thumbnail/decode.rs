@@ -250,7 +250,7 @@ fn upright<T>((x, y): (T, T), orientation: Orientation) -> (T, T) {
 /// decoding such chroma at twice the scale). The crops are upright and
 /// the scale is the same on both axes, so orientation only swaps the
 /// subsampling's axes.
-pub(super) fn shrink_eighths(plans: &[Plan], subsampling: (usize, usize)) -> u32 {
+fn shrink_eighths(plans: &[Plan], subsampling: (usize, usize)) -> u32 {
     let margin = |ratio: usize| if ratio > 1 { 2 * ratio } else { 1 };
     let (across, down) = (margin(subsampling.0), margin(subsampling.1));
     [1, 2, 4]
@@ -278,7 +278,7 @@ pub(super) fn shrink_eighths(plans: &[Plan], subsampling: (usize, usize)) -> u32
 /// picture in a 376-pixel row at 1/8). An orientation that mirrors an axis
 /// puts that padding first, so the picture then starts past it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Shrink {
+struct Shrink {
     /// The decoded frame, upright, in pixels.
     pub frame: (u32, u32),
     /// Where the picture starts in it (decoded pixels, upright).
