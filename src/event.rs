@@ -30,8 +30,10 @@ pub struct S3Record {
     /// The ETag as S3 put it in the event: no quotes; `-N` for multipart.
     pub etag: Option<String>,
     pub size: Option<u64>,
-    /// S3's `sequencer`: hexadecimal, ordering the events of one key
-    /// (compare with [`sequencer_order`], never as numbers or raw strings).
+    /// S3's `sequencer`: hexadecimal, ordering the events of one key. Kept
+    /// for logs only: references never rest on event order (DESIGN.md,
+    /// "References"), since emulators repeat one sequencer and
+    /// `reprocess`, `backfill` and `refs rebuild` have none.
     pub sequencer: Option<String>,
     /// EventBridge's `deletion-type` of an `Object Deleted` event
     /// (`Permanently Deleted` or `Delete Marker Created`).
@@ -69,16 +71,6 @@ pub enum EventKind {
     /// A delete marker now hides the key; its versions still exist.
     DeleteMarker,
     Other,
-}
-
-/// Orders two sequencers of the same key: hexadecimal strings of any
-/// length, compared as numbers after left-padding the shorter with zeros
-/// (S3's rule). Case is ignored. Pure.
-pub fn sequencer_order(a: &str, b: &str) -> std::cmp::Ordering {
-    let (a, b) = (a.trim_start_matches('0'), b.trim_start_matches('0'));
-    a.len()
-        .cmp(&b.len())
-        .then_with(|| a.to_ascii_uppercase().cmp(&b.to_ascii_uppercase()))
 }
 
 /// Why a body is not an S3 notification we can act on.
@@ -327,17 +319,6 @@ mod tests {
             "s3": {"bucket": {"name": "in"}, "object": {"key": key, "size": 3, "eTag": "abc"}}
         }]})
         .to_string()
-    }
-
-    #[test]
-    fn sequencers_compare_as_padded_hexadecimal() {
-        use std::cmp::Ordering::*;
-        assert_eq!(sequencer_order("0055AED6DCD90281E5", "55AED6DCD90281E5"), Equal);
-        assert_eq!(sequencer_order("0055AED6DCD90281E5", "0055AED6DCD90281E6"), Less);
-        // Longer (after padding) is later, whatever the digits.
-        assert_eq!(sequencer_order("100", "FF"), Greater);
-        assert_eq!(sequencer_order("ff", "FE"), Greater);
-        assert_eq!(sequencer_order("", "0"), Equal);
     }
 
     #[test]

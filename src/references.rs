@@ -6,14 +6,16 @@
 //! Each object version (bucket, key, version id or `null`) has one row in
 //! the claim table listing the job keys it references; each job row counts
 //! the versions referencing it (`refs`). A change to a version's row and
-//! the counts it moves is one transaction, so `refs` is exact. Events of
-//! one key may arrive out of order: the row keeps the sequencer of the
-//! last event applied, and a deleted version keeps a tombstone (expiring
-//! by TTL) so that a create older than its delete leaves nothing behind.
+//! the counts it moves is one transaction, so `refs` is what the rows say.
+//! Every event (and every `reprocess`, `backfill` or `refs rebuild`
+//! entry) is only a hint: its handler reads the row, asks S3 what the
+//! version holds *now*, and writes the row conditioned on what it read,
+//! looking again when the condition fails ([`reconcile`]). S3 is strongly
+//! consistent, so whatever order the hints come in, the last one handled
+//! after the last change sees the final state. Sequencers decide nothing.
 
 use std::collections::BTreeSet;
 
-use crate::event::sequencer_order;
 use crate::key::sha256_hex;
 
 /// The prefix of a version row's partition key; a job key is 64 hex
@@ -21,7 +23,9 @@ use crate::key::sha256_hex;
 pub const VERSION_ROW_PREFIX: &str = "version#";
 
 /// How long a deleted version's tombstone is kept: longer than SQS keeps a
-/// message (14 days at most), so no create event can arrive after it.
+/// message (14 days at most). Nothing depends on it being there (a
+/// version that is gone stays gone, and a hint for it finds so in S3); it
+/// saves a late hint's write.
 pub const TOMBSTONE_SECS: u64 = 15 * 24 * 3600;
 
 /// Attribute names of a version row (besides `job_key`).
@@ -31,7 +35,8 @@ pub mod attr {
     pub const VERSION_ID: &str = "version_id";
     /// SS: the job keys this version references (absent when none).
     pub const JOB_KEYS: &str = "job_keys";
-    /// S: the sequencer of the last event applied, normalised.
+    /// S: written by versions before issue 24 (the last event's
+    /// sequencer); removed by the next write, never read.
     pub const SEQUENCER: &str = "sequencer";
     /// S: the ETag of the bytes the references belong to.
     pub const ETAG: &str = "etag";
@@ -90,23 +95,10 @@ impl std::fmt::Display for VersionName {
     }
 }
 
-/// A sequencer in a form whose string order is S3's order: leading zeros
-/// dropped, upper case, left-padded to 32 digits (S3's are 18). Longer
-/// ones keep their length, and order after every padded one.
-pub fn normalised_sequencer(sequencer: &str) -> String {
-    let digits = sequencer
-        .trim()
-        .trim_start_matches('0')
-        .to_ascii_uppercase();
-    format!("{digits:0>32}")
-}
-
 /// A version row as read.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct VersionRefs {
     pub job_keys: BTreeSet<String>,
-    /// Normalised ([`normalised_sequencer`]); `None` when no event carried one.
-    pub sequencer: Option<String>,
     /// The ETag of the bytes whose jobs are referenced (unquoted).
     pub etag: Option<String>,
     pub gen: u64,
@@ -148,132 +140,141 @@ impl RefChange {
     }
 }
 
-/// Whether `a` is later than `b` (both normalised or absent: unknown is
-/// never later).
-fn later(a: Option<&str>, b: Option<&str>) -> bool {
-    match (a, b) {
-        (Some(a), Some(b)) => sequencer_order(a, b) == std::cmp::Ordering::Greater,
-        _ => false,
-    }
+/// What S3 holds at an object version now, as a HEAD (and, for a delete
+/// marker's rule, the key's listing) says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    /// No such version (any more), or one a newer delete marker hides
+    /// under `MEDIAONCE_RELEASE_ON_DELETE_MARKER`.
+    Gone,
+    /// The version exists and holds the bytes with this ETag (unquoted).
+    Holds { etag: String },
 }
 
-/// The later of two sequencers.
-fn latest(a: Option<&String>, b: Option<&String>) -> Option<String> {
-    match (a, b) {
-        (Some(a), Some(b)) if sequencer_order(a, b) == std::cmp::Ordering::Less => Some(b.clone()),
-        (Some(a), _) => Some(a.clone()),
-        (None, b) => b.cloned(),
-    }
+/// What a create's hint knows: the bytes it keyed and their jobs.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Keyed {
+    /// The ETag of the bytes keyed (unquoted).
+    pub etag: String,
+    /// Every job the recipes that apply to those bytes key: the version's
+    /// wanted set, whatever happened to each job in this delivery.
+    pub wanted: BTreeSet<String>,
+    /// The wanted jobs known done in this delivery (ran or reused): the
+    /// ones it may add. A wanted job that is not ready is kept if counted
+    /// already, and added by a later hint once it is done.
+    pub ready: BTreeSet<String>,
 }
 
-/// What a create of `version` (sequencer `sequencer`, bytes with ETag
-/// `etag`), whose jobs `wanted` ran or were reused, does to its row
-/// `current`. `None`: nothing.
+/// What a hint found and what it writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The write, conditioned on the row as read. `None`: nothing to write.
+    pub change: Option<RefChange>,
+    /// Why the hint's keyed bytes are not the version's now (it is gone,
+    /// or holds other bytes): its jobs are not referenced by it.
+    pub stale: Option<&'static str>,
+}
+
+/// Brings a version's row in line with what S3 holds now (`seen`, headed
+/// after `current` was read). `keyed`: a create's bytes and jobs; `None`
+/// for a delete (or any hint that keyed nothing). Pure.
 ///
-/// - A version deleted by a later event (or, unversioned, overwritten by a
-///   later create) keeps its row: this create is stale.
-/// - Otherwise the wanted jobs are added. In an unversioned bucket a later
-///   create is an overwrite: the jobs of the old bytes that are not wanted
-///   now are removed. A create whose ETag differs from the row's, with no
-///   sequencer saying it is older, is a later one too: the handler keys
-///   only the bytes the key holds when it is handled (a create whose
-///   bytes were replaced since is skipped before this).
-pub fn on_create(
+/// - Gone: every counted job is released and the row is a tombstone
+///   (written even when there was no row, so that a write planned on an
+///   older HEAD, conditioned on no row, fails and looks again).
+/// - Holds the keyed bytes: the row counts `(counted ∩ wanted) ∪ (ready ∩
+///   wanted)`: a counted job stays while its bytes are there, whether or
+///   not it ran this time; a job of other bytes is released.
+/// - Holds other bytes than the ones keyed (or the hint keyed none): the
+///   row is left alone when its ETag is the one S3 holds; otherwise its
+///   jobs belong to bytes that are not there, and are released (the
+///   holder's own create adds its jobs). A row without an ETag is left
+///   alone: nothing says which bytes it counts. With no row, a delete's
+///   hint writes nothing: the create that put the bytes back has a hint
+///   of its own.
+///
+/// The null version's bytes can come back after they went (a re-upload of
+/// an unversioned key), so its row is always written, `gen` bumped even
+/// when nothing else changes: a write planned on an older HEAD, that read
+/// the same `gen`, then fails and looks again. A versioned version only
+/// ever goes from held to gone, so an unchanged row needs no write.
+pub fn reconcile(
     version: &VersionName,
     current: Option<&VersionRefs>,
-    wanted: &BTreeSet<String>,
-    sequencer: Option<&str>,
-    etag: Option<&str>,
-) -> Option<RefChange> {
-    let sequencer = sequencer.map(normalised_sequencer);
+    seen: &Seen,
+    keyed: Option<&Keyed>,
+) -> Plan {
     let empty = VersionRefs::default();
     let row = current.unwrap_or(&empty);
-    let newer_than_row = later(sequencer.as_deref(), row.sequencer.as_deref());
-    let older_than_row = later(row.sequencer.as_deref(), sequencer.as_deref());
-    if current.is_some() && row.deleted {
-        // A tombstone: only a later create (an unversioned key uploaded
-        // again after its delete) revives the row.
-        if !(newer_than_row && version.is_unversioned()) {
-            return None;
-        }
-    }
-    if version.is_unversioned() && older_than_row {
-        // Its bytes were overwritten since: they are not what the key holds.
-        return None;
-    }
-    let other_bytes = match (etag, row.etag.as_deref()) {
-        (Some(new), Some(old)) => new != old,
-        _ => false,
-    };
-    let overwrite = version.is_unversioned() && (newer_than_row || other_bytes || row.deleted);
-    let kept: BTreeSet<String> = if row.deleted {
+    let counted = if row.deleted {
         BTreeSet::new()
     } else {
         row.job_keys.clone()
     };
-    let add: Vec<String> = wanted.difference(&kept).cloned().collect();
-    let remove: Vec<String> = if overwrite {
-        kept.difference(wanted).cloned().collect()
-    } else {
-        Vec::new()
+    let (next, stale) = match (seen, keyed) {
+        (Seen::Gone, keyed) => (
+            VersionRefs {
+                deleted: true,
+                ..VersionRefs::default()
+            },
+            keyed.map(|_| "the version is gone"),
+        ),
+        (Seen::Holds { etag }, Some(keyed)) if *etag == keyed.etag => {
+            let job_keys = counted
+                .iter()
+                .chain(keyed.ready.iter())
+                .filter(|job| keyed.wanted.contains(*job))
+                .cloned()
+                .collect();
+            let next = VersionRefs {
+                job_keys,
+                etag: Some(etag.clone()),
+                ..VersionRefs::default()
+            };
+            (next, None)
+        }
+        (Seen::Holds { etag }, keyed) => {
+            let stale = keyed.map(|_| "the version holds other bytes now");
+            let holds_counted = row.etag.as_deref().is_none_or(|counted| counted == etag);
+            if row.deleted || holds_counted {
+                (
+                    VersionRefs {
+                        gen: 0,
+                        ..row.clone()
+                    },
+                    stale,
+                )
+            } else {
+                (VersionRefs::default(), stale)
+            }
+        }
     };
-    let next_sequencer = latest(sequencer.as_ref(), row.sequencer.as_ref());
-    let next_etag = etag.map(str::to_string).or_else(|| row.etag.clone());
-    if add.is_empty()
+    let add: Vec<String> = next.job_keys.difference(&counted).cloned().collect();
+    let remove: Vec<String> = counted.difference(&next.job_keys).cloned().collect();
+    if current.is_none() && keyed.is_none() && !next.deleted {
+        // A delete's hint finding the version there and no row: a later
+        // create put it back, and that create's own hint writes the row.
+        return Plan {
+            change: None,
+            stale,
+        };
+    }
+    let unchanged = current.is_some()
+        && add.is_empty()
         && remove.is_empty()
-        && next_sequencer == row.sequencer
-        && next_etag == row.etag
-        && !row.deleted
-    {
-        return None;
-    }
-    let mut job_keys = kept;
-    job_keys.extend(add.iter().cloned());
-    for gone in &remove {
-        job_keys.remove(gone);
-    }
-    Some(RefChange {
+        && next.etag == row.etag
+        && next.deleted == row.deleted;
+    let change = (!unchanged || version.is_unversioned()).then(|| RefChange {
         seen_gen: current.map(|r| r.gen),
         next: VersionRefs {
-            job_keys,
-            sequencer: next_sequencer,
-            etag: next_etag,
             gen: row.gen + 1,
-            deleted: false,
+            ..next
         },
         add,
         adopt: Vec::new(),
         remove,
-    })
-}
-
-/// What a permanent delete of `version` (sequencer `sequencer`) does to its
-/// row `current`: every reference released and a tombstone left. `None`:
-/// nothing (already deleted by this or a later event, or the row was made
-/// by a later create).
-pub fn on_delete(current: Option<&VersionRefs>, sequencer: Option<&str>) -> Option<RefChange> {
-    let sequencer = sequencer.map(normalised_sequencer);
-    let empty = VersionRefs::default();
-    let row = current.unwrap_or(&empty);
-    if later(row.sequencer.as_deref(), sequencer.as_deref()) {
-        return None;
-    }
-    if row.deleted && !later(sequencer.as_deref(), row.sequencer.as_deref()) {
-        return None;
-    }
-    Some(RefChange {
-        seen_gen: current.map(|r| r.gen),
-        next: VersionRefs {
-            job_keys: BTreeSet::new(),
-            sequencer: latest(sequencer.as_ref(), row.sequencer.as_ref()),
-            etag: None,
-            gen: row.gen + 1,
-            deleted: true,
-        },
-        add: Vec::new(),
-        adopt: Vec::new(),
-        remove: row.job_keys.iter().cloned().collect(),
-    })
+    });
+    Plan { change, stale }
 }
 
 #[cfg(test)]
@@ -299,23 +300,30 @@ mod tests {
         }
     }
 
-    fn row(job_keys: &[&str], sequencer: &str, gen: u64, deleted: bool) -> VersionRefs {
+    fn row(job_keys: &[&str], etag: &str, gen: u64) -> VersionRefs {
         VersionRefs {
             job_keys: keys(job_keys),
-            sequencer: Some(normalised_sequencer(sequencer)),
-            etag: None,
+            etag: Some(etag.into()),
             gen,
-            deleted,
+            deleted: false,
         }
     }
 
-    #[test]
-    fn sequencers_normalise_to_their_order() {
-        let a = normalised_sequencer("0055AED6DCD90281E5");
-        let b = normalised_sequencer("55aed6dcd90281e6");
-        assert_eq!(a.len(), 32);
-        assert!(a < b);
-        assert_eq!(a, normalised_sequencer("55AED6DCD90281E5"));
+    fn holds(etag: &str) -> Seen {
+        Seen::Holds { etag: etag.into() }
+    }
+
+    fn keyed(etag: &str, wanted: &[&str], ready: &[&str]) -> Keyed {
+        Keyed {
+            etag: etag.into(),
+            wanted: keys(wanted),
+            ready: keys(ready),
+        }
+    }
+
+    fn moves(plan: &Plan) -> (Vec<String>, Vec<String>) {
+        let change = plan.change.as_ref().expect("a write");
+        (change.add.clone(), change.remove.clone())
     }
 
     #[test]
@@ -334,160 +342,228 @@ mod tests {
     }
 
     #[test]
-    fn a_first_create_adds_every_job_once() {
-        let change = on_create(&versioned(), None, &keys(&["J1", "J2"]), Some("10"), None).unwrap();
-        assert_eq!(change.seen_gen, None);
-        assert_eq!(change.add, ["J1", "J2"]);
-        assert!(change.remove.is_empty());
-        assert_eq!(change.next.gen, 1);
-        // Delivered again: nothing.
+    fn a_first_create_adds_its_ready_jobs_once() {
+        let hint = keyed("e", &["J1", "J2"], &["J1", "J2"]);
+        let plan = reconcile(&versioned(), None, &holds("e"), Some(&hint));
+        assert_eq!(plan.stale, None);
+        let change = plan.change.clone().unwrap();
+        assert_eq!((change.seen_gen, change.next.gen), (None, 1));
+        assert_eq!(moves(&plan), (vec!["J1".into(), "J2".into()], vec![]));
+        // Handled again: nothing to write (a versioned version's bytes
+        // never change).
         let now = change.next;
-        assert_eq!(
-            on_create(
-                &versioned(),
-                Some(&now),
-                &keys(&["J1", "J2"]),
-                Some("10"),
-                None
-            ),
-            None
-        );
+        let again = reconcile(&versioned(), Some(&now), &holds("e"), Some(&hint));
+        assert_eq!(again.change, None);
         // A recipe added since: only its job.
-        let more = on_create(
-            &versioned(),
-            Some(&now),
-            &keys(&["J1", "J3"]),
-            Some("10"),
-            None,
-        )
-        .unwrap();
-        assert_eq!((more.add, more.remove), (vec!["J3".to_string()], vec![]));
-        assert_eq!(more.seen_gen, Some(1));
+        let more = keyed("e", &["J1", "J2", "J3"], &["J3"]);
+        let plan = reconcile(&versioned(), Some(&now), &holds("e"), Some(&more));
+        assert_eq!(moves(&plan), (vec!["J3".into()], vec![]));
+        assert_eq!(plan.change.unwrap().seen_gen, Some(1));
     }
 
     #[test]
-    fn an_unversioned_overwrite_releases_the_old_bytes_jobs() {
-        let old = row(&["OLD"], "10", 1, false);
-        let change = on_create(
-            &unversioned(),
-            Some(&old),
-            &keys(&["NEW"]),
-            Some("20"),
-            None,
-        )
-        .unwrap();
+    fn a_counted_job_stays_while_its_bytes_do_whatever_this_delivery_did() {
+        // Finding 2: the same bytes uploaded again while J2's claim was
+        // throttled (not ready this time).
+        let now = row(&["J1", "J2"], "e", 4);
+        let hint = keyed("e", &["J1", "J2"], &["J1"]);
+        let plan = reconcile(&unversioned(), Some(&now), &holds("e"), Some(&hint));
+        let change = plan.change.unwrap();
+        assert!(change.add.is_empty() && change.remove.is_empty());
+        assert_eq!(change.next.job_keys, keys(&["J1", "J2"]));
+        // The null version's row is written anyway: gen moves on.
+        assert_eq!((change.seen_gen, change.next.gen), (Some(4), 5));
+    }
+
+    #[test]
+    fn an_overwrite_releases_the_old_bytes_jobs() {
+        let old = row(&["OLD", "SHARED"], "a", 1);
+        let hint = keyed("b", &["NEW", "SHARED"], &["NEW", "SHARED"]);
+        let plan = reconcile(&unversioned(), Some(&old), &holds("b"), Some(&hint));
+        assert_eq!(moves(&plan), (vec!["NEW".into()], vec!["OLD".into()]));
+        let next = plan.change.unwrap().next;
+        assert_eq!(next.job_keys, keys(&["NEW", "SHARED"]));
+        assert_eq!(next.etag.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn a_hint_whose_bytes_were_replaced_adds_nothing() {
+        // Finding 1: a rebuild keyed A, the key holds B now and B's create
+        // was recorded: the row stays B's.
+        let b_row = row(&["B"], "b", 2);
+        let hint = keyed("a", &["A"], &["A"]);
+        let plan = reconcile(&unversioned(), Some(&b_row), &holds("b"), Some(&hint));
+        assert!(plan.stale.is_some());
+        let change = plan.change.unwrap();
+        assert!(change.add.is_empty() && change.remove.is_empty());
+        assert_eq!(change.next.job_keys, keys(&["B"]));
+        // B's create not recorded yet, the row still A's: A's jobs go (the
+        // bytes are not there), B's own create adds B's.
+        let a_row = row(&["A"], "a", 2);
+        let plan = reconcile(&unversioned(), Some(&a_row), &holds("b"), Some(&hint));
+        assert_eq!(moves(&plan), (vec![], vec!["A".into()]));
+        assert_eq!(plan.change.unwrap().next.etag, None);
+    }
+
+    #[test]
+    fn a_version_that_is_gone_releases_everything_and_leaves_a_tombstone() {
+        let live = row(&["J1", "J2"], "e", 3);
+        let plan = reconcile(&versioned(), Some(&live), &Seen::Gone, None);
+        assert_eq!(plan.stale, None);
+        assert_eq!(moves(&plan), (vec![], vec!["J1".into(), "J2".into()]));
+        let tomb = plan.change.unwrap().next;
+        assert!(tomb.deleted && tomb.job_keys.is_empty());
+        // Handled again: nothing.
         assert_eq!(
-            (change.add, change.remove),
-            (vec!["NEW".to_string()], vec!["OLD".to_string()])
-        );
-        assert_eq!(change.next.job_keys, keys(&["NEW"]));
-        // The old create arriving after the overwrite changes nothing.
-        let now = row(&["NEW"], "20", 2, false);
-        assert_eq!(
-            on_create(
-                &unversioned(),
-                Some(&now),
-                &keys(&["OLD"]),
-                Some("10"),
-                None
-            ),
+            reconcile(&versioned(), Some(&tomb), &Seen::Gone, None).change,
             None
         );
-        // A versioned row is never overwritten: same version, same bytes.
-        let v = on_create(&versioned(), Some(&old), &keys(&["NEW"]), Some("20"), None).unwrap();
-        assert!(v.remove.is_empty());
+        // A create handled after its version went: stale, nothing added.
+        let hint = keyed("e", &["J1"], &["J1"]);
+        let late = reconcile(&versioned(), Some(&tomb), &Seen::Gone, Some(&hint));
+        assert_eq!(late.stale, Some("the version is gone"));
+        assert_eq!(late.change, None);
     }
 
     #[test]
-    fn a_delete_releases_everything_once_and_leaves_a_tombstone() {
-        let live = row(&["J1", "J2"], "10", 3, false);
-        let change = on_delete(Some(&live), Some("20")).unwrap();
-        assert_eq!(change.remove, ["J1", "J2"]);
-        assert!(change.next.deleted && change.next.job_keys.is_empty());
-        assert_eq!(change.seen_gen, Some(3));
-        let tomb = change.next;
-        // Redelivered: nothing.
-        assert_eq!(on_delete(Some(&tomb), Some("20")), None);
-        // An older delete: nothing.
-        assert_eq!(on_delete(Some(&live), Some("05")), None);
+    fn gone_with_no_row_still_writes_a_tombstone() {
+        // So that a create planned on an older HEAD (conditioned on no
+        // row) fails and looks again.
+        let plan = reconcile(&versioned(), None, &Seen::Gone, None);
+        let change = plan.change.unwrap();
+        assert_eq!(change.seen_gen, None);
+        assert!(change.next.deleted && change.add.is_empty() && change.remove.is_empty());
     }
 
     #[test]
-    fn a_create_older_than_its_delete_leaves_nothing() {
-        // The delete arrives first: a tombstone with no references.
-        let change = on_delete(None, Some("20")).unwrap();
+    fn an_unversioned_key_put_deleted_and_put_again_keeps_its_jobs() {
+        // LocalStack repeats one sequencer: the delete is handled after the
+        // second put. S3 holds the bytes: nothing is released.
+        let now = row(&["J"], "e", 1);
+        let plan = reconcile(&unversioned(), Some(&now), &holds("e"), None);
+        let change = plan.change.unwrap();
         assert!(change.remove.is_empty());
-        let tomb = change.next;
-        assert_eq!(
-            on_create(&versioned(), Some(&tomb), &keys(&["J"]), Some("10"), None),
-            None
-        );
-        assert_eq!(
-            on_create(&unversioned(), Some(&tomb), &keys(&["J"]), Some("10"), None),
-            None
-        );
-        // Unversioned, uploaded again after the delete: a live row again.
-        let again =
-            on_create(&unversioned(), Some(&tomb), &keys(&["J"]), Some("30"), None).unwrap();
-        assert_eq!(again.add, ["J"]);
-        assert!(!again.next.deleted);
-        // A versioned version never comes back.
-        assert_eq!(
-            on_create(&versioned(), Some(&tomb), &keys(&["J"]), Some("30"), None),
-            None
-        );
+        assert_eq!(change.next.job_keys, keys(&["J"]));
+        // The delete handled before the second put: a tombstone; then the
+        // second put's create revives the row.
+        let tomb = reconcile(&unversioned(), Some(&now), &Seen::Gone, None)
+            .change
+            .unwrap()
+            .next;
+        let hint = keyed("e", &["J"], &["J"]);
+        let plan = reconcile(&unversioned(), Some(&tomb), &holds("e"), Some(&hint));
+        assert_eq!(moves(&plan), (vec!["J".into()], vec![]));
+        assert!(!plan.change.unwrap().next.deleted);
     }
 
     #[test]
-    fn other_bytes_without_a_later_sequencer_are_an_overwrite() {
-        // Emulators and some S3-compatible stores repeat one sequencer.
-        let old = VersionRefs {
-            etag: Some("aaa".into()),
-            ..row(&["OLD"], "10", 1, false)
+    fn a_row_without_an_etag_is_never_released_on_a_guess() {
+        let legacy = VersionRefs {
+            etag: None,
+            ..row(&["J"], "", 1)
         };
-        let change = on_create(
-            &unversioned(),
-            Some(&old),
-            &keys(&["NEW"]),
-            Some("10"),
-            Some("bbb"),
-        )
-        .unwrap();
-        assert_eq!(
-            (change.add, change.remove),
-            (vec!["NEW".to_string()], vec!["OLD".to_string()])
-        );
-        assert_eq!(change.next.etag.as_deref(), Some("bbb"));
-        // The same bytes again: nothing.
-        let same = on_create(
-            &unversioned(),
-            Some(&old),
-            &keys(&["OLD"]),
-            Some("10"),
-            Some("aaa"),
-        );
-        assert_eq!(same, None);
-        // An older sequencer still loses, whatever its ETag.
-        let late = on_create(
-            &unversioned(),
-            Some(&old),
-            &keys(&["NEW"]),
-            Some("05"),
-            Some("bbb"),
-        );
-        assert_eq!(late, None);
+        let plan = reconcile(&versioned(), Some(&legacy), &holds("e"), None);
+        assert_eq!(plan.change, None);
     }
 
+    /// Every order of a hint's read, HEAD and write against S3 changes:
+    /// the last hint to write after the final change leaves the row as S3
+    /// is. A small model: one null version whose bytes go a → b → a (or
+    /// gone), two hints interleaving their steps; a write applies only if
+    /// the row's gen is the one read, else the hint starts over.
     #[test]
-    fn events_without_sequencers_still_apply_once() {
-        let change = on_create(&versioned(), None, &keys(&["J"]), None, None).unwrap();
-        let now = change.next;
-        assert_eq!(
-            on_create(&versioned(), Some(&now), &keys(&["J"]), None, None),
-            None
-        );
-        let gone = on_delete(Some(&now), None).unwrap();
-        assert_eq!(gone.remove, ["J"]);
-        assert_eq!(on_delete(Some(&gone.next), None), None);
+    fn interleaved_hints_end_where_s3_is() {
+        #[derive(Clone, Copy, Debug)]
+        enum S {
+            Holds(&'static str),
+            Gone,
+        }
+        fn seen(s: S) -> Seen {
+            match s {
+                S::Holds(e) => holds(e),
+                S::Gone => Seen::Gone,
+            }
+        }
+        let jobs = |e: &str| keys(&[&format!("J-{e}")]);
+        let histories: [&[S]; 4] = [
+            &[S::Holds("a"), S::Holds("b"), S::Holds("a")],
+            &[S::Holds("a"), S::Gone, S::Holds("a")],
+            &[S::Holds("a"), S::Holds("b"), S::Gone],
+            &[S::Holds("a"), S::Gone, S::Holds("b")],
+        ];
+        for history in histories {
+            // Each change has a hint; a hint's steps: read, head, write.
+            // Enumerate interleavings by a seeded shuffle of step order.
+            for seed in 0..300u64 {
+                let mut rng = fastrand::Rng::with_seed(seed);
+                let mut row: Option<VersionRefs> = None;
+                let mut s3 = 0usize; // index into history
+                                     // A hint: the change it follows, its stage and what it saw.
+                struct Hint {
+                    after: usize,
+                    read: Option<Option<VersionRefs>>,
+                    head: Option<S>,
+                    done: bool,
+                }
+                let mut hints: Vec<Hint> = (0..history.len())
+                    .map(|after| Hint {
+                        after,
+                        read: None,
+                        head: None,
+                        done: false,
+                    })
+                    .collect();
+                let mut steps = 0;
+                while hints.iter().any(|h| !h.done) {
+                    steps += 1;
+                    assert!(steps < 10_000, "no end");
+                    // Either S3 moves on, or a hint whose change happened steps.
+                    let ready: Vec<usize> = (0..hints.len())
+                        .filter(|&i| !hints[i].done && hints[i].after <= s3)
+                        .collect();
+                    if s3 + 1 < history.len() && (ready.is_empty() || rng.u8(..4) == 0) {
+                        s3 += 1;
+                        continue;
+                    }
+                    let hint = &mut hints[ready[rng.usize(..ready.len())]];
+                    match (&hint.read, hint.head) {
+                        (None, _) => hint.read = Some(row.clone()),
+                        (Some(_), None) => hint.head = Some(history[s3]),
+                        (Some(read), Some(head)) => {
+                            let bytes = match history[hint.after] {
+                                S::Holds(e) => Some(e),
+                                S::Gone => None,
+                            };
+                            let k =
+                                bytes.map(|e| keyed(e, &[&format!("J-{e}")], &[&format!("J-{e}")]));
+                            let plan =
+                                reconcile(&unversioned(), read.as_ref(), &seen(head), k.as_ref());
+                            match plan.change {
+                                None => hint.done = true,
+                                Some(change) => {
+                                    if change.seen_gen == row.as_ref().map(|r| r.gen) {
+                                        row = Some(change.next);
+                                        hint.done = true;
+                                    } else {
+                                        hint.read = None;
+                                        hint.head = None;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                let row = row.expect("a row");
+                match history[history.len() - 1] {
+                    S::Holds(e) => {
+                        assert_eq!(row.job_keys, jobs(e), "{history:?} seed {seed}: {row:?}");
+                        assert!(!row.deleted);
+                    }
+                    S::Gone => {
+                        assert!(row.job_keys.is_empty() && row.deleted, "{history:?} {seed}")
+                    }
+                }
+            }
+        }
     }
 }

@@ -326,6 +326,32 @@ async fn abandoned_contract(table: &impl LedgerTable) {
     }
 }
 
+/// The write of a create whose bytes (ETag `etag`) S3 holds, every job
+/// ready.
+fn created(
+    version: &VersionName,
+    current: Option<&references::VersionRefs>,
+    wanted: &BTreeSet<String>,
+    etag: &str,
+) -> RefChange {
+    let keyed = references::Keyed {
+        etag: etag.into(),
+        wanted: wanted.clone(),
+        ready: wanted.clone(),
+    };
+    let seen = references::Seen::Holds { etag: etag.into() };
+    references::reconcile(version, current, &seen, Some(&keyed))
+        .change
+        .expect("a write")
+}
+
+/// The write of a hint that finds the version gone.
+fn deleted(version: &VersionName, current: Option<&references::VersionRefs>) -> RefChange {
+    references::reconcile(version, current, &references::Seen::Gone, None)
+        .change
+        .expect("a write")
+}
+
 /// Rows done before references were counted: a reference adopts one
 /// (`refs` 1, partial), later ones add to it, a partial count is never
 /// collected, and a seal makes counts complete (an uncounted row: 0,
@@ -343,7 +369,7 @@ async fn adoption_contract(table: &impl LedgerTable) {
     let (one, two) = (version("adopt/1.jpg"), version("adopt/2.jpg"));
 
     // As a counted job, it refuses; adopted, it counts from 1.
-    let mut change = references::on_create(&one, None, &wanted, None, Some("e")).unwrap();
+    let mut change = created(&one, None, &wanted, "e");
     let RefWrite::Cancelled { refused, .. } = table.change_refs(&one, &change, 20).await.unwrap()
     else {
         panic!("an uncounted row cannot be added to");
@@ -357,7 +383,7 @@ async fn adoption_contract(table: &impl LedgerTable) {
     let a = table.get("adopt-a").await.unwrap().unwrap();
     assert_eq!((a.refs, a.refs_partial), (Some(1), true));
     // Adopted once: a second adoption refuses, an addition counts.
-    let mut again = references::on_create(&two, None, &wanted, None, Some("e")).unwrap();
+    let mut again = created(&two, None, &wanted, "e");
     again.count_as("adopt-a", false);
     let RefWrite::Cancelled { refused, .. } = table.change_refs(&two, &again, 22).await.unwrap()
     else {
@@ -374,7 +400,7 @@ async fn adoption_contract(table: &impl LedgerTable) {
     // Both released: 0, but partial, so never due.
     for name in [&one, &two] {
         let current = table.get_version_refs(name).await.unwrap();
-        let delete = references::on_delete(current.as_ref(), None).unwrap();
+        let delete = deleted(name, current.as_ref());
         assert_eq!(
             table.change_refs(name, &delete, 30).await.unwrap(),
             RefWrite::Applied
@@ -461,7 +487,7 @@ async fn references_contract(table: &impl LedgerTable) {
         version_id: None,
     };
     let wanted: BTreeSet<String> = ["ref-a".to_string(), "ref-b".to_string()].into();
-    let create = references::on_create(&version, None, &wanted, Some("0A"), Some("e1")).unwrap();
+    let create = created(&version, None, &wanted, "e1");
     assert_eq!(table.get_version_refs(&version).await.unwrap(), None);
     assert_eq!(
         table.change_refs(&version, &create, 10).await.unwrap(),
@@ -490,7 +516,7 @@ async fn references_contract(table: &impl LedgerTable) {
         .iter()
         .map(|k| k.to_string())
         .collect();
-    let change = references::on_create(&other, None, &keys, None, None).unwrap();
+    let change = created(&other, None, &keys, "e2");
     let RefWrite::Cancelled {
         version: v,
         refused,
@@ -517,7 +543,7 @@ async fn references_contract(table: &impl LedgerTable) {
     // A stale generation: refused with the row as it is.
     let stale = RefChange {
         seen_gen: Some(stored.gen + 5),
-        ..references::on_delete(Some(&stored), Some("0B")).unwrap()
+        ..deleted(&version, Some(&stored))
     };
     assert_eq!(
         table.change_refs(&version, &stale, 13).await.unwrap(),
@@ -527,7 +553,7 @@ async fn references_contract(table: &impl LedgerTable) {
         }
     );
     // The delete: both released, a tombstone left.
-    let delete = references::on_delete(Some(&stored), Some("0B")).unwrap();
+    let delete = deleted(&version, Some(&stored));
     assert_eq!(
         table.change_refs(&version, &delete, 14).await.unwrap(),
         RefWrite::Applied

@@ -79,17 +79,18 @@ async fn first_run_writes_outputs_and_a_done_row_then_a_duplicate_reuses_them() 
     assert_eq!(manifest.outputs[0].size, probe_bytes.len() as u64);
     assert_eq!(manifest.outputs[0].sha256, sha256_hex(&probe_bytes));
 
-    // The same message again (SQS redelivery): reused, two DynamoDB calls
-    // (the claim, and the reference transaction refused: already recorded),
-    // row untouched.
+    // The same message again (SQS redelivery): reused, three DynamoDB
+    // calls (the claim; the reference transaction refused with the row,
+    // already recorded; the row's `gen` moved on, as every hint of an
+    // unversioned key's null version does), job row untouched.
     let calls_before = p.ledger_calls.get();
     let again = p.handle(messages).await;
     assert_eq!(outcomes(&again), vec![Outcome::Reused]);
     assert!(failed_ids(&again).is_empty());
     assert_eq!(
         p.ledger_calls.get() - calls_before,
-        2,
-        "duplicate: the claim and the refused reference"
+        3,
+        "duplicate: the claim, the refused reference and the null version's write"
     );
     assert_eq!(p.row(&key).await.unwrap(), row);
 }

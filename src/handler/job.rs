@@ -22,6 +22,7 @@ use crate::step::{JobInput, JobOutputs, Manifest, ObjectBytes, StepContext, Step
 pub(super) struct BatchJobs {
     jobs: Mutex<HashMap<String, Arc<OnceCell<JobReport>>>>,
     input_hashes: Mutex<HashMap<String, Arc<OnceCell<Fingerprint>>>>,
+    versions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl BatchJobs {
@@ -33,6 +34,16 @@ impl BatchJobs {
     /// once found by a record of this batch.
     pub fn input_hash(&self, version: &str) -> Arc<OnceCell<Fingerprint>> {
         lock(&self.input_hashes)
+            .entry(version.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// One object version's turn (by its version row key): the records of
+    /// one version in a batch (duplicates, an event and its SNS copy) take
+    /// turns, so their reference writes do not cancel each other.
+    pub fn version_turn(&self, version: &str) -> Arc<tokio::sync::Mutex<()>> {
+        lock(&self.versions)
             .entry(version.to_string())
             .or_default()
             .clone()

@@ -12,17 +12,18 @@
 //! nothing (its grace starts). DESIGN.md ("References": "Rows older than
 //! the count") has the argument.
 
+use std::collections::BTreeSet;
+
 use super::identify::identify;
 use super::job::BatchJobs;
-use super::references::record_create;
+use super::references::{head_version, reconcile_version, Start};
 use super::{App, JobReport, Outcome};
 use crate::config::RecipeRule;
 use crate::fingerprint::{s3_checksum, version_etag, FingerprintSource, ObjectHead};
 use crate::identity::IdentityMode;
 use crate::key::job_key;
 use crate::ledger::{Conditional, JobRow, JobStatus};
-use crate::references::VersionName;
-use crate::store::ObjectRef;
+use crate::references::{Keyed, Seen, VersionName};
 
 /// What a rebuild did for one object version.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -124,44 +125,53 @@ impl App {
             not_done: Vec::new(),
             error: None,
         };
-        let object = ObjectRef {
-            bucket: version.bucket.clone(),
-            key: version.key.clone(),
-            version_id: version.version_id.clone(),
-            if_match: None,
-        };
-        let head = match self.store.head(&object).await {
+        // The null version as itself, not whatever version is current.
+        let head = match head_version(self, version).await {
             Ok(Some(head)) => head,
             Ok(None) => return None,
             Err(err) => {
-                rebuilt.error = Some(err.to_string());
+                rebuilt.error = Some(err);
                 return Some(rebuilt);
             }
         };
-        let mut reports = match self.done_jobs(&head, &rules, &mut rebuilt).await {
-            Ok(reports) => reports,
+        let (reports, wanted) = match self.done_jobs(&head, &rules, &mut rebuilt).await {
+            Ok(found) => found,
             Err(reason) => {
                 rebuilt.error = Some(reason);
                 return Some(rebuilt);
             }
         };
+        let mut refused: Vec<(String, String)> = Vec::new();
         if !dry_run {
-            record_create(self, version, None, &head.etag, &mut reports).await;
+            let keyed = Keyed {
+                etag: head.etag.clone(),
+                ready: reports.iter().map(|r| r.job_key.clone()).collect(),
+                wanted,
+            };
+            let headed = Start::Headed(Seen::Holds { etag: head.etag });
+            match reconcile_version(self, version, Some(keyed), headed).await {
+                Ok(done) => {
+                    if let Some(stale) = done.stale {
+                        rebuilt.error = Some(format!(
+                            "{stale} than when it was listed: nothing referenced (its own event records it)"
+                        ));
+                        return Some(rebuilt);
+                    }
+                    refused = done.refused;
+                }
+                Err(err) => {
+                    rebuilt.error = Some(err);
+                    return Some(rebuilt);
+                }
+            }
         }
         for report in reports {
-            match report.outcome {
-                Outcome::Reused => rebuilt.referenced.push(report.job_key),
-                _ => {
-                    let reason = report.reason.unwrap_or_default();
-                    if rebuilt.error.is_none() && report.outcome == Outcome::Failed {
-                        rebuilt.error = Some(reason);
-                    } else {
-                        rebuilt.not_done.push(NotReferenced {
-                            job_key: report.job_key,
-                            reason,
-                        });
-                    }
-                }
+            match refused.iter().find(|(job, _)| *job == report.job_key) {
+                None => rebuilt.referenced.push(report.job_key),
+                Some((_, reason)) => rebuilt.not_done.push(NotReferenced {
+                    job_key: report.job_key,
+                    reason: reason.clone(),
+                }),
             }
         }
         Some(rebuilt)
@@ -177,7 +187,7 @@ impl App {
         head: &ObjectHead,
         rules: &[&RecipeRule],
         rebuilt: &mut RebuiltVersion,
-    ) -> Result<Vec<JobReport>, String> {
+    ) -> Result<(Vec<JobReport>, BTreeSet<String>), String> {
         let identified = identify(self, &BatchJobs::default(), head.clone(), rules)
             .await
             .map_err(|(_, reason)| reason)?;
@@ -189,6 +199,9 @@ impl App {
             }
         }
         let mut reports = Vec::new();
+        // Per recipe, the job the version wants: the done one, else this
+        // configuration's key.
+        let mut wanted = BTreeSet::new();
         for rule in rules {
             let mut first: Option<(String, Option<JobRow>)> = None;
             let mut done: Option<(JobRow, FingerprintSource)> = None;
@@ -206,7 +219,9 @@ impl App {
                 }
             }
             match (done, first) {
-                (Some((row, source)), _) => reports.push(JobReport {
+                (Some((row, source)), _) => {
+                    wanted.insert(row.job_key.clone());
+                    reports.push(JobReport {
                     job_key: row.job_key,
                     step: rule.recipe.step.clone(),
                     outcome: Outcome::Reused,
@@ -215,18 +230,22 @@ impl App {
                     reason: None,
                     busy_until_ms: None,
                     input_hash_source: Some(source),
-                }),
-                (None, Some((job_key, row))) => rebuilt.not_done.push(NotReferenced {
-                    job_key,
-                    reason: match row {
-                        Some(row) => format!("the job is {}", row.status.as_str()),
-                        None => "the job has no row: it never ran (or was collected)".into(),
-                    },
-                }),
+                    })
+                }
+                (None, Some((job_key, row))) => {
+                    wanted.insert(job_key.clone());
+                    rebuilt.not_done.push(NotReferenced {
+                        job_key,
+                        reason: match row {
+                            Some(row) => format!("the job is {}", row.status.as_str()),
+                            None => "the job has no row: it never ran (or was collected)".into(),
+                        },
+                    })
+                }
                 (None, None) => {}
             }
         }
-        Ok(reports)
+        Ok((reports, wanted))
     }
 
     /// Declares every done row's count complete: the operator's word that

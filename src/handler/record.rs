@@ -7,14 +7,14 @@ use std::time::Instant;
 
 use super::identify::{forget_if_disproved, identify};
 use super::job::{elapsed_ms, BatchJobs, JobRun};
-use super::references::{record_create, release, release_every_version, reuse_if_referenced};
+use super::references::{reconcile_version, Reconciled, Start};
 use super::log::log_job;
 use super::{App, Invocation, JobReport, MessageReport, Outcome};
 use crate::config::RecipeRule;
 use crate::event::{parse_body, EventKind, Notification, S3Record};
 use crate::fingerprint::{replaced_since_event, FingerprintSource, ObjectHead};
 use crate::key::job_key;
-use crate::references::VersionName;
+use crate::references::{Keyed, Seen, VersionName};
 use crate::store::ObjectRef;
 
 pub(super) async fn process_body(
@@ -72,13 +72,15 @@ async fn process_record(
         key: key.clone(),
         version_id: record.version_id.clone(),
     };
+    let turn = batch.version_turn(&version.row_key());
+    let _turn = turn.lock().await;
     match record.kind() {
         EventKind::Created => {}
         EventKind::Removed => {
-            return match release(app, &version, record.sequencer.as_deref()).await {
-                Ok(released) => {
-                    tracing::info!(message_id, version = %version, event, released = ?released, "object version removed: its references released");
-                    collect_now(app, &released).await;
+            return match reconcile_version(app, &version, None, Start::Unknown).await {
+                Ok(done) => {
+                    tracing::info!(message_id, version = %version, event, released = ?done.released, "object version removed: its references reconciled with S3");
+                    collect_now(app, &done.released).await;
                     (Vec::new(), None)
                 }
                 Err(err) => {
@@ -88,9 +90,9 @@ async fn process_record(
             };
         }
         EventKind::DeleteMarker if app.config.release_on_delete_marker => {
-            return match release_every_version(app, &version, record.sequencer.as_deref()).await {
+            return match reconcile_every_version(app, &version).await {
                 Ok(released) => {
-                    tracing::info!(message_id, bucket, key, event, released = ?released, "delete marker: every version's references released");
+                    tracing::info!(message_id, bucket, key, event, released = ?released, "delete marker: the references of every version it hides released");
                     collect_now(app, &released).await;
                     (Vec::new(), None)
                 }
@@ -193,26 +195,13 @@ async fn process_record(
         version_id: identified.bytes.head.version_id.clone(),
         ..version
     };
+    let wanted: BTreeSet<String> = rules
+        .iter()
+        .map(|rule| job_key(&fingerprint.input_hash, &rule.recipe_hash))
+        .collect();
+    let etag = identified.bytes.head.etag.clone();
     if fingerprint.source == FingerprintSource::Cached {
-        let keys: BTreeSet<String> = rules
-            .iter()
-            .map(|rule| job_key(&fingerprint.input_hash, &rule.recipe_hash))
-            .collect();
-        let etag = identified.bytes.head.etag.as_str();
-        if reuse_if_referenced(app, &version, &keys, record.sequencer.as_deref(), etag).await {
-            let reports: Vec<JobReport> = rules
-                .iter()
-                .map(|rule| JobReport {
-                    job_key: job_key(&fingerprint.input_hash, &rule.recipe_hash),
-                    step: rule.recipe.step.clone(),
-                    outcome: Outcome::Reused,
-                    attempt: 0,
-                    duration_ms: elapsed_ms(started),
-                    reason: Some("done, and this version references it already".into()),
-                    busy_until_ms: None,
-                    input_hash_source: Some(fingerprint.source),
-                })
-                .collect();
+        if let Some(reports) = reuse_if_counted(app, &version, &wanted, &etag, &rules, fingerprint, started).await {
             for report in &reports {
                 log_job(report, message_id, &object);
             }
@@ -247,18 +236,136 @@ async fn process_record(
         reports.push(report);
     }
     forget_if_disproved(app, &identified).await;
-    record_create(
-        app,
-        &version,
-        record.sequencer.as_deref(),
-        &identified.bytes.head.etag,
-        &mut reports,
-    )
-    .await;
+    let keyed = Keyed {
+        ready: reports
+            .iter()
+            .filter(|r| matches!(r.outcome, Outcome::Ran | Outcome::Reused))
+            .map(|r| r.job_key.clone())
+            .collect(),
+        wanted,
+        etag: etag.clone(),
+    };
+    // Nothing to add and the message comes back anyway (a busy, failed,
+    // deferred or poisoned job): its next delivery reconciles. Busy is the
+    // hot path of a contended job; it costs one claim and nothing more.
+    let comes_back = reports.iter().any(|r| r.outcome.must_retry());
+    if keyed.ready.is_empty() && comes_back {
+        for report in &reports {
+            log_job(report, message_id, &object);
+        }
+        return (reports, None);
+    }
+    let headed = Start::Headed(Seen::Holds { etag });
+    match reconcile_version(app, &version, Some(keyed), headed).await {
+        Ok(done) => {
+            apply(&mut reports, &done);
+            collect_now(app, &done.released).await;
+        }
+        Err(err) => {
+            for report in reports
+                .iter_mut()
+                .filter(|r| matches!(r.outcome, Outcome::Ran | Outcome::Reused))
+            {
+                report.outcome = Outcome::Failed;
+                report.reason = Some(err.clone());
+            }
+        }
+    }
     for report in &reports {
         log_job(report, message_id, &object);
     }
     (reports, None)
+}
+
+/// A create's reconciliation, in its reports: a job its version no longer
+/// holds (gone, other bytes) is skipped, not reused (nothing references
+/// its outputs for this version); a job that could not be referenced comes
+/// back busy.
+fn apply(reports: &mut [JobReport], done: &Reconciled) {
+    for report in reports.iter_mut() {
+        if let Some((_, reason)) = done.refused.iter().find(|(job, _)| *job == report.job_key) {
+            report.outcome = Outcome::Busy;
+            report.reason = Some(reason.clone());
+        } else if let (Some(stale), Outcome::Ran | Outcome::Reused) = (done.stale, report.outcome) {
+            report.outcome = Outcome::Skipped;
+            report.reason = Some(format!(
+                "{stale}: its outputs are not referenced by this version"
+            ));
+        }
+    }
+}
+
+/// For a version seen before (its hash came from the cache, almost always
+/// a redelivery): when its row counts every job of its bytes already,
+/// each is reused (a counted job is done, and never collected) with no
+/// claim. A versioned version's bytes never change: one GetItem. The null
+/// version's row is reconciled (HEAD, and a write of `gen`). `None`: the
+/// claim path.
+async fn reuse_if_counted(
+    app: &App,
+    version: &VersionName,
+    wanted: &BTreeSet<String>,
+    etag: &str,
+    rules: &[&RecipeRule],
+    fingerprint: &crate::fingerprint::Fingerprint,
+    started: Instant,
+) -> Option<Vec<JobReport>> {
+    let row = app.ledger.version_refs(version).await.ok()?;
+    let counted = row.as_ref().is_some_and(|row| {
+        !row.deleted && row.etag.as_deref() == Some(etag) && row.job_keys.is_superset(wanted)
+    });
+    if !counted {
+        return None;
+    }
+    if version.is_unversioned() {
+        let keyed = Keyed {
+            etag: etag.to_string(),
+            wanted: wanted.clone(),
+            ready: BTreeSet::new(),
+        };
+        let done = reconcile_version(app, version, Some(keyed), Start::Read(row))
+            .await
+            .ok()?;
+        if done.stale.is_some() {
+            return None;
+        }
+    }
+    Some(
+        rules
+            .iter()
+            .map(|rule| JobReport {
+                job_key: job_key(&fingerprint.input_hash, &rule.recipe_hash),
+                step: rule.recipe.step.clone(),
+                outcome: Outcome::Reused,
+                attempt: 0,
+                duration_ms: elapsed_ms(started),
+                reason: Some("done, and this version references it already".into()),
+                busy_until_ms: None,
+                input_hash_source: Some(fingerprint.source),
+            })
+            .collect(),
+    )
+}
+
+/// Every listed version of `marker`'s key reconciled (a delete marker,
+/// with `MEDIAONCE_RELEASE_ON_DELETE_MARKER`): those the marker hides are
+/// released; one written after it keeps its references. Returns the jobs
+/// released.
+async fn reconcile_every_version(app: &App, marker: &VersionName) -> Result<Vec<String>, String> {
+    let versions = app
+        .store
+        .versions_of(&marker.bucket, &marker.key)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut released = Vec::new();
+    for version_id in versions {
+        let version = VersionName {
+            version_id,
+            ..marker.clone()
+        };
+        released.extend(reconcile_version(app, &version, None, Start::Unknown).await?.released);
+    }
+    Ok(released)
 }
 
 /// With no grace (`MEDIAONCE_GC_GRACE_SECS=0`), the jobs a release freed

@@ -1,52 +1,88 @@
-//! A record's references ([`crate::references`]): after a create's jobs, the
-//! object version is recorded as referencing each job that ran or was
-//! reused; a removal releases what the version referenced. Each change is
-//! one transaction, replanned from the row DynamoDB returns when another
-//! event changed it first.
+//! A hint's references ([`crate::references`]): every create, delete,
+//! `reprocess`, `backfill` or `refs rebuild` entry brings one object
+//! version's row in line with what S3 holds now. Read the row, HEAD the
+//! version, write the row conditioned on the `gen` read; a cancelled write
+//! reads and HEADs again, so no write rests on a HEAD older than the row
+//! it replaces.
 
 use std::collections::BTreeSet;
 
-use super::{App, JobReport, Outcome};
+use super::App;
+use crate::fingerprint::ObjectHead;
 use crate::ledger::{JobStatus, RefWrite};
-use crate::references::{on_create, on_delete, VersionName, VersionRefs};
+use crate::references::{reconcile, Keyed, Seen, VersionName, VersionRefs};
+use crate::store::{KeyEntry, ObjectRef};
 
 /// Transactions tried before giving up (the message comes back): each
-/// retry follows a change by a concurrent event of the same version.
+/// retry follows a write by a concurrent hint of the same version.
 const ATTEMPTS: usize = 5;
 
-/// Records `version` as referencing the jobs of `reports` that ran or were
-/// reused. A job that cannot gain a reference because it is no longer done
-/// (its outputs were collected meanwhile) becomes `busy`: its message
-/// comes back and runs it again. A failure to record fails the jobs (the
-/// message comes back), since an unrecorded reference would let their
-/// outputs be collected under a live object.
-pub(super) async fn record_create(
+/// What a hint came to.
+#[derive(Debug, Default)]
+pub(super) struct Reconciled {
+    /// Jobs whose count this hint lowered (candidates for collection).
+    pub released: Vec<String>,
+    /// Why the hint's keyed bytes are not the version's (gone, or other
+    /// bytes now): none of its jobs is referenced by the version.
+    pub stale: Option<&'static str>,
+    /// Ready jobs that could not be referenced, with why (no longer done:
+    /// collected meanwhile). Their messages must come back to run them.
+    pub refused: Vec<(String, String)>,
+}
+
+/// Where a hint starts.
+#[derive(Debug, Clone)]
+pub(super) enum Start {
+    /// Knowing nothing: read the row, then HEAD.
+    Unknown,
+    /// What the hint's own HEAD saw. It serves only a first write
+    /// conditioned on there being no row (most versions are new: one
+    /// call), since a HEAD made before a row was read cannot vouch for
+    /// replacing that row.
+    Headed(Seen),
+    /// The row, read already: HEAD, then write.
+    Read(Option<VersionRefs>),
+}
+
+/// Reconciles `version`'s row with S3 for one hint. `keyed`: a create's
+/// bytes and jobs (`None` for a delete).
+pub(super) async fn reconcile_version(
     app: &App,
     version: &VersionName,
-    sequencer: Option<&str>,
-    etag: &str,
-    reports: &mut [JobReport],
-) {
-    let mut wanted: BTreeSet<String> = reports
-        .iter()
-        .filter(|r| matches!(r.outcome, Outcome::Ran | Outcome::Reused) && !r.job_key.is_empty())
-        .map(|r| r.job_key.clone())
-        .collect();
-    if wanted.is_empty() {
-        return;
-    }
-    // Most versions are new: try without reading the row first; a refusal
-    // returns it.
-    let mut current: Option<VersionRefs> = None;
+    keyed: Option<Keyed>,
+    start: Start,
+) -> Result<Reconciled, String> {
+    let mut keyed = keyed;
+    let (mut optimistic, mut read) = match start {
+        Start::Unknown => (None, None),
+        Start::Headed(seen) => (Some(seen), None),
+        Start::Read(row) => (None, Some(row)),
+    };
+    let mut result = Reconciled::default();
     // Jobs done before references were counted: adopted (counted from 1,
     // partial until `mediaonce refs seal`).
     let mut uncounted: BTreeSet<String> = BTreeSet::new();
-    // Jobs an overwrite would release that have nothing to release.
+    // Jobs a release would lower that have nothing to release.
     let mut skipped: BTreeSet<String> = BTreeSet::new();
     for _ in 0..ATTEMPTS {
-        let Some(mut change) = on_create(version, current.as_ref(), &wanted, sequencer, Some(etag))
-        else {
-            return;
+        let (row, seen) = match (read.take(), optimistic.take()) {
+            (None, Some(seen)) => (None, seen),
+            (read, _) => {
+                let row = match read {
+                    Some(row) => row,
+                    None => app
+                        .ledger
+                        .version_refs(version)
+                        .await
+                        .map_err(|e| format!("reading the references of {version} failed: {e}"))?,
+                };
+                (row, seen_now(app, version).await?)
+            }
+        };
+        let plan = reconcile(version, row.as_ref(), &seen, keyed.as_ref());
+        result.stale = plan.stale;
+        let Some(mut change) = plan.change else {
+            return Ok(result);
         };
         for job_key in &uncounted {
             change.count_as(job_key, false);
@@ -54,167 +90,169 @@ pub(super) async fn record_create(
         change.remove.retain(|job_key| !skipped.contains(job_key));
         match app.ledger.change_refs(version, &change, app.now_ms()).await {
             Ok(RefWrite::Applied) => {
-                tracing::info!(
-                    version = %version,
-                    added = ?change.add,
-                    adopted = ?change.adopt,
-                    removed = ?change.remove,
-                    "references recorded"
-                );
-                return;
+                if !(change.add.is_empty() && change.adopt.is_empty() && change.remove.is_empty()) {
+                    tracing::info!(
+                        version = %version,
+                        added = ?change.add,
+                        adopted = ?change.adopt,
+                        removed = ?change.remove,
+                        "references reconciled with S3"
+                    );
+                }
+                result.released = change.remove;
+                return Ok(result);
             }
             Ok(RefWrite::Cancelled {
-                version: seen,
+                version: seen_row,
                 refused,
             }) => {
-                if let Some(seen) = seen {
-                    current = seen;
-                }
-                for (job_key, row) in refused {
+                // The row as it is now (or as read, when only a job
+                // refused); either way S3 is asked again.
+                read = Some(seen_row.unwrap_or(row));
+                for (job_key, job) in refused {
                     if change.remove.contains(&job_key) {
                         tracing::error!(version = %version, job_key, "a job the version referenced has no references to release: left as it is");
                         skipped.insert(job_key);
                         continue;
                     }
-                    match row {
-                        Some(row) if row.status == JobStatus::Done => {
+                    match job {
+                        Some(job) if job.status == JobStatus::Done => {
                             // Counted or not, as the row is now.
-                            if row.refs.is_none() {
+                            if job.refs.is_none() {
                                 uncounted.insert(job_key);
                             } else {
                                 uncounted.remove(&job_key);
                             }
                         }
-                        row => {
-                            wanted.remove(&job_key);
+                        job => {
+                            let state = job.map_or("gone", |j| j.status.as_str());
+                            if let Some(keyed) = keyed.as_mut() {
+                                keyed.ready.remove(&job_key);
+                            }
                             uncounted.remove(&job_key);
-                            let state = row.map_or("gone", |r| r.status.as_str());
-                            for report in reports.iter_mut().filter(|r| r.job_key == job_key) {
-                                report.outcome = Outcome::Busy;
-                                report.reason = Some(format!(
+                            result.refused.push((
+                                job_key,
+                                format!(
                                     "its outputs cannot be referenced: the job is {state} \
                                      (collected meanwhile); the message comes back and runs it"
-                                ));
-                            }
+                                ),
+                            ));
                         }
                     }
                 }
             }
-            Err(err) => return fail(reports, &format!("recording the object's references failed: {err}")),
-        }
-    }
-    fail(
-        reports,
-        "recording the object's references failed: its row kept changing",
-    );
-}
-
-/// For a version that was seen before (its hash came from the cache): the
-/// references written first, conditioned on every job being done. When
-/// that holds (a redelivery, the common case for a cached hash), every job
-/// is reused for one call and no claim; `None` sends the record down the
-/// claim path.
-pub(super) async fn reuse_if_referenced(
-    app: &App,
-    version: &VersionName,
-    job_keys: &BTreeSet<String>,
-    sequencer: Option<&str>,
-    etag: &str,
-) -> bool {
-    let mut current: Option<VersionRefs> = None;
-    for _ in 0..2 {
-        let Some(change) = on_create(version, current.as_ref(), job_keys, sequencer, Some(etag))
-        else {
-            // Already references every job (each was done when referenced,
-            // and a referenced job is never collected).
-            return current.is_some_and(|row| !row.deleted);
-        };
-        match app.ledger.change_refs(version, &change, app.now_ms()).await {
-            Ok(RefWrite::Applied) => return true,
-            Ok(RefWrite::Cancelled {
-                version: Some(seen),
-                refused,
-            }) if refused.is_empty() => current = seen,
-            Ok(_) | Err(_) => return false,
-        }
-    }
-    false
-}
-
-fn fail(reports: &mut [JobReport], reason: &str) {
-    for report in reports
-        .iter_mut()
-        .filter(|r| matches!(r.outcome, Outcome::Ran | Outcome::Reused))
-    {
-        report.outcome = Outcome::Failed;
-        report.reason = Some(reason.to_string());
-    }
-}
-
-/// Releases what `version` referenced (its permanent delete, at
-/// `sequencer`), leaving a tombstone. Returns the jobs released.
-pub(super) async fn release(
-    app: &App,
-    version: &VersionName,
-    sequencer: Option<&str>,
-) -> Result<Vec<String>, String> {
-    let mut current = app
-        .ledger
-        .version_refs(version)
-        .await
-        .map_err(|e| format!("reading the references of {version} failed: {e}"))?;
-    let mut skipped: BTreeSet<String> = BTreeSet::new();
-    for _ in 0..ATTEMPTS {
-        let Some(mut change) = on_delete(current.as_ref(), sequencer) else {
-            return Ok(Vec::new());
-        };
-        change.remove.retain(|key| !skipped.contains(key));
-        match app.ledger.change_refs(version, &change, app.now_ms()).await {
-            Ok(RefWrite::Applied) => return Ok(change.remove),
-            Ok(RefWrite::Cancelled {
-                version: seen,
-                refused,
-            }) => {
-                if let Some(seen) = seen {
-                    current = seen;
-                }
-                for (job_key, row) in refused {
-                    tracing::error!(
-                        version = %version,
-                        job_key,
-                        refs = ?row.and_then(|r| r.refs),
-                        "a referenced job has no references to release: left as it is"
-                    );
-                    skipped.insert(job_key);
-                }
-            }
-            Err(err) => return Err(format!("releasing the references of {version} failed: {err}")),
+            Err(err) => return Err(format!("recording the references of {version} failed: {err}")),
         }
     }
     Err(format!(
-        "releasing the references of {version} failed: its row kept changing"
+        "recording the references of {version} failed: its row kept changing"
     ))
 }
 
-/// Releases the references of every version of `marker`'s key that still
-/// exists (a delete marker, with `MEDIAONCE_RELEASE_ON_DELETE_MARKER`).
-pub(super) async fn release_every_version(
-    app: &App,
-    marker: &VersionName,
-    sequencer: Option<&str>,
-) -> Result<Vec<String>, String> {
-    let versions = app
-        .store
-        .versions_of(&marker.bucket, &marker.key)
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut released = Vec::new();
-    for version_id in versions {
-        let version = VersionName {
-            version_id,
-            ..marker.clone()
-        };
-        released.extend(release(app, &version, sequencer).await?);
+/// What S3 holds at `version` now. The `null` version is headed as the
+/// null version: a plain HEAD names the key's current version, which in
+/// a versioned bucket may be another. Under
+/// `MEDIAONCE_RELEASE_ON_DELETE_MARKER`, a version a newer delete marker
+/// hides is gone.
+async fn seen_now(app: &App, version: &VersionName) -> Result<Seen, String> {
+    let Some(head) = head_version(app, version).await? else {
+        return Ok(Seen::Gone);
+    };
+    if app.config.release_on_delete_marker {
+        let history = app
+            .store
+            .history_of(&version.bucket, &version.key)
+            .await
+            .map_err(|e| e.to_string())?;
+        if hidden_by_marker(version.version_id.as_deref(), &history) {
+            return Ok(Seen::Gone);
+        }
     }
-    Ok(released)
+    Ok(Seen::Holds { etag: head.etag })
+}
+
+/// HeadObject of exactly `version`; `None` when it does not exist. The
+/// `null` version is headed as such: a plain HEAD names the key's current
+/// version, which in a versioned bucket may be another one, and then the
+/// null version is headed by its id, `null`.
+pub(super) async fn head_version(
+    app: &App,
+    version: &VersionName,
+) -> Result<Option<ObjectHead>, String> {
+    let mut object = ObjectRef {
+        bucket: version.bucket.clone(),
+        key: version.key.clone(),
+        version_id: version.version_id.clone(),
+        if_match: None,
+    };
+    let head = app.store.head(&object).await.map_err(|e| e.to_string())?;
+    if !(version.is_unversioned() && head.as_ref().is_some_and(|h| h.version_id.is_some())) {
+        return Ok(head);
+    }
+    object.version_id = Some("null".into());
+    let head = app.store.head(&object).await.map_err(|e| e.to_string())?;
+    Ok(head.map(|head| ObjectHead {
+        version_id: None,
+        ..head
+    }))
+}
+
+/// Whether a delete marker hides the version `version_id` of a key whose
+/// entries are `history`: the key's current entry is a marker, or a
+/// marker was written after the version. S3 lists `LastModified` in whole
+/// seconds: a marker of the same second as the version hides it only when
+/// it is the current entry (otherwise nothing says which came first, and
+/// the version is kept: a leak until it is deleted, never a loss). Pure.
+pub(super) fn hidden_by_marker(version_id: Option<&str>, history: &[KeyEntry]) -> bool {
+    if history.iter().any(|e| e.delete_marker && e.is_latest) {
+        return true;
+    }
+    let Some(written) = history
+        .iter()
+        .find(|e| !e.delete_marker && e.version_id.as_deref() == version_id)
+    else {
+        return false;
+    };
+    history.iter().any(|e| {
+        e.delete_marker
+            && matches!((e.last_modified_ms, written.last_modified_ms), (Some(m), Some(v)) if m > v)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, marker: bool, latest: bool, at: i64) -> KeyEntry {
+        KeyEntry {
+            key: "k".into(),
+            version_id: Some(id.into()),
+            delete_marker: marker,
+            is_latest: latest,
+            last_modified_ms: Some(at),
+        }
+    }
+
+    #[test]
+    fn a_marker_hides_the_versions_before_it_not_after() {
+        // v1, then a marker, then v2 (finding 5: v2's create not handled yet).
+        let history = [
+            entry("v2", false, true, 3_000),
+            entry("m", true, false, 2_000),
+            entry("v1", false, false, 1_000),
+        ];
+        assert!(hidden_by_marker(Some("v1"), &history));
+        assert!(!hidden_by_marker(Some("v2"), &history));
+        // The marker is the key's current entry: everything is hidden.
+        let deleted = [entry("m", true, true, 2_000), entry("v1", false, false, 2_000)];
+        assert!(hidden_by_marker(Some("v1"), &deleted));
+        // The same second and not current: kept.
+        let tie = [
+            entry("v2", false, true, 2_000),
+            entry("m", true, false, 2_000),
+            entry("v1", false, false, 2_000),
+        ];
+        assert!(!hidden_by_marker(Some("v1"), &tie));
+        assert!(!hidden_by_marker(Some("v1"), &[entry("v1", false, true, 1)]));
+    }
 }

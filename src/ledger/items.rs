@@ -142,11 +142,6 @@ pub(super) fn version_refs_from_item(item: &Item) -> Result<VersionRefs, String>
             ))
         }
     };
-    let sequencer = match item.get(ref_attr::SEQUENCER) {
-        None => None,
-        Some(AttributeValue::S(text)) => Some(text.clone()),
-        Some(_) => return Err(format!("attribute {} is not a string", ref_attr::SEQUENCER)),
-    };
     let gen = match item.get(ref_attr::GEN) {
         Some(AttributeValue::N(text)) => text
             .parse()
@@ -169,7 +164,6 @@ pub(super) fn version_refs_from_item(item: &Item) -> Result<VersionRefs, String>
     };
     Ok(VersionRefs {
         job_keys,
-        sequencer,
         etag,
         gen,
         deleted,
@@ -222,13 +216,8 @@ pub(super) fn version_update(
             AttributeValue::Ss(next.job_keys.iter().cloned().collect()),
         );
     }
-    match &next.sequencer {
-        Some(sequencer) => {
-            set.push("#sequencer = :sequencer");
-            update = update.expression_attribute_values(":sequencer", s(sequencer));
-        }
-        None => remove.push("#sequencer"),
-    }
+    // Written before issue 24; never read now.
+    remove.push("#sequencer");
     match &next.etag {
         Some(etag) => {
             set.push("#etag = :etag");

@@ -228,12 +228,17 @@ impl ObjectClient for Arc<InMemoryObjects> {
         prefix: &str,
         _from: Option<&(String, String)>,
     ) -> Result<VersionsPage, ListError> {
+        let keys = self.keys(bucket, prefix);
         Ok(VersionsPage {
-            versions: self
-                .keys(bucket, prefix)
-                .into_iter()
-                .map(|key| (key, None))
+            entries: keys
+                .iter()
+                .map(|key| super::KeyEntry {
+                    key: key.clone(),
+                    is_latest: true,
+                    ..Default::default()
+                })
                 .collect(),
+            versions: keys.into_iter().map(|key| (key, None)).collect(),
             next: None,
         })
     }

@@ -106,6 +106,21 @@ pub struct VersionsPage {
     pub versions: Vec<(String, Option<String>)>,
     /// The key and version id markers of the next page, if there is one.
     pub next: Option<(String, String)>,
+    /// Every entry of the page, versions and delete markers, as listed.
+    pub entries: Vec<KeyEntry>,
+}
+
+/// One entry of a ListObjectVersions page: a version or a delete marker.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyEntry {
+    pub key: String,
+    /// `None` for S3's `null` version (or a `null` delete marker).
+    pub version_id: Option<String>,
+    pub delete_marker: bool,
+    /// The key's current entry.
+    pub is_latest: bool,
+    /// `LastModified`, epoch ms (S3 gives whole seconds).
+    pub last_modified_ms: Option<i64>,
 }
 
 /// The account every S3 call names as the bucket's owner, when set.
@@ -282,6 +297,24 @@ impl ObjectStore {
             match page.next {
                 Some(next) => from = Some(next),
                 None => return Ok(versions),
+            }
+        }
+    }
+
+    /// Every entry (versions and delete markers) of exactly `key`, all
+    /// pages.
+    pub async fn history_of(&self, bucket: &str, key: &str) -> Result<Vec<KeyEntry>, ListError> {
+        let mut entries = Vec::new();
+        let mut from = None;
+        loop {
+            let page = self
+                .client
+                .list_object_versions(bucket, key, from.as_ref())
+                .await?;
+            entries.extend(page.entries.into_iter().filter(|e| e.key == key));
+            match page.next {
+                Some(next) => from = Some(next),
+                None => return Ok(entries),
             }
         }
     }

@@ -10,7 +10,7 @@ use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_runtime_api::http::Response;
 
 use super::{
-    owner_mismatch, DeleteError, ErrorKind, GetError, HeadError, ListError, ObjectClient,
+    owner_mismatch, DeleteError, ErrorKind, GetError, HeadError, KeyEntry, ListError, ObjectClient,
     ObjectRef, PutError, VersionsPage,
 };
 use crate::aws::describe_error;
@@ -232,6 +232,27 @@ impl ObjectClient for S3Objects {
                 Some((key, version))
             })
             .collect();
+        let id = |id: Option<&str>| id.filter(|id| *id != "null").map(str::to_string);
+        let millis =
+            |at: Option<&aws_sdk_s3::primitives::DateTime>| at.and_then(|at| at.to_millis().ok());
+        let mut entries: Vec<KeyEntry> = output
+            .versions()
+            .iter()
+            .map(|v| KeyEntry {
+                key: v.key().unwrap_or_default().to_string(),
+                version_id: id(v.version_id()),
+                delete_marker: false,
+                is_latest: v.is_latest() == Some(true),
+                last_modified_ms: millis(v.last_modified()),
+            })
+            .collect();
+        entries.extend(output.delete_markers().iter().map(|m| KeyEntry {
+            key: m.key().unwrap_or_default().to_string(),
+            version_id: id(m.version_id()),
+            delete_marker: true,
+            is_latest: m.is_latest() == Some(true),
+            last_modified_ms: millis(m.last_modified()),
+        }));
         let next = if output.is_truncated() == Some(true) {
             output
                 .next_key_marker()
@@ -240,7 +261,11 @@ impl ObjectClient for S3Objects {
         } else {
             None
         };
-        Ok(VersionsPage { versions, next })
+        Ok(VersionsPage {
+            versions,
+            next,
+            entries,
+        })
     }
 
     async fn list_objects(
