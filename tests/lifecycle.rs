@@ -1,18 +1,24 @@
 //! A lifecycle soak on the emulators: random creates, byte-identical
-//! re-uploads, overwrites and deletes of a few hundred objects, their real
-//! S3 notifications delivered out of order (within a bound), duplicated
-//! (S3's second notification: a new message id; SQS's redelivery: the same
-//! one), and workers crashing at random calls. When everything is drained
-//! and the grace has passed:
+//! re-uploads, overwrites and deletes of a few hundred objects (two
+//! recipes each), their real S3 notifications delivered out of order
+//! (within a bound), duplicated (S3's second notification: a new message
+//! id; SQS's redelivery: the same one), joined by creates without a
+//! sequencer or an ETag (as `reprocess` and `backfill` send them) racing
+//! the operations after them, with workers crashing at random calls and
+//! claims throttled. The oracle, at every deletion a collector makes: no
+//! object under a job's prefix is deleted while a version that exists
+//! uses the job and has had a create acknowledged since it was written
+//! (from that moment its outputs were promised). When everything is
+//! drained and the grace has passed:
 //! - every object version that exists has its job `done`, with `refs` =
 //!   the versions using it, and its outputs present;
 //! - every job no version uses is collected: no row, no outputs;
 //! - no output prefix exists without a row.
 //!
-//! LocalStack gives every event the same `sequencer`, so each notification
-//! is given the sequencer of the order its operation ran in (the test runs
-//! operations one at a time and takes each one's notification before the
-//! next), as S3 would. Time is the workers' clock, moved on by the test
+//! LocalStack gives every event the same `sequencer`: the unversioned run
+//! keeps it so (references never rest on event order), the versioned run
+//! gives each notification the sequencer of the order its operation ran
+//! in, as S3 would. Time is the workers' clock, moved on by the test
 //! (leases, the grace), never slept.
 //!
 //! `LIFECYCLE_OPS` sets the number of operations (default 240),
@@ -21,20 +27,33 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::Arc;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::event::sqs::SqsMessage;
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::{handle_before, Options, Pipeline};
 use mediaonce::config::{ENV_GC_GRACE_SECS, ENV_LEASE_MARGIN_SECS};
+use mediaonce::event::{created_notification, decode_key};
 use mediaonce::faults::{Call, FaultPlan};
+use mediaonce::fingerprint::ObjectHead;
 use mediaonce::key::{job_key, sha256_hex};
 use mediaonce::ledger::{JobRow, JobStatus};
 use mediaonce::references::VERSION_ROW_PREFIX;
 use mediaonce::step::MANIFEST_NAME;
+use mediaonce::store::s3::S3Objects;
+use mediaonce::store::{
+    DeleteError, GetError, HeadError, ListError, ObjectClient, ObjectRef, PutError, VersionsPage,
+};
 use serde_json::Value;
 
-const RECIPES: &str = r#"[{"step":"counted-probe","version":1,"params":{}}]"#;
+const RECIPES: &str = r#"[{"step":"counted-probe","version":1,"params":{}},
+                          {"step":"counted-probe","version":2,"params":{}}]"#;
+/// Creates that also get a hint without a sequencer or an ETag (a
+/// `reprocess` or `backfill` entry), delivered up to two windows later.
+const HINTS_WITHOUT_ORDER: f64 = 0.10;
+/// Batches whose first claim is throttled (that job fails, the others go on).
+const THROTTLED: f64 = 0.08;
 /// How far an event may be delivered after the ones that followed it.
 const OUT_OF_ORDER: usize = 8;
 const CRASH_PROBABILITY: f64 = 0.12;
@@ -51,8 +70,82 @@ const HOUR_MS: i64 = 3_600_000;
 struct Version {
     key: String,
     version_id: Option<String>,
+    /// The ETag S3 gave the bytes (unquoted).
+    etag: String,
     content: usize,
     exists: bool,
+    /// A create of these bytes was acknowledged while the version existed:
+    /// its outputs are promised until it goes.
+    promised: bool,
+}
+
+/// The oracle: an object client that, at every DeleteObjects under
+/// `derived/<job>/`, records a violation when the job is promised.
+#[derive(Debug, Clone)]
+struct Oracle {
+    inner: Arc<S3Objects>,
+    promised: Arc<Mutex<BTreeSet<String>>>,
+    violations: Arc<Mutex<Vec<String>>>,
+    deletions: Arc<Mutex<usize>>,
+}
+
+#[async_trait::async_trait]
+impl ObjectClient for Oracle {
+    async fn head_object(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError> {
+        self.inner.head_object(object).await
+    }
+    async fn get_object(
+        &self,
+        object: &ObjectRef,
+    ) -> Result<aws_sdk_s3::primitives::ByteStream, GetError> {
+        self.inner.get_object(object).await
+    }
+    async fn get_object_range(
+        &self,
+        object: &ObjectRef,
+        range: Range<u64>,
+    ) -> Result<Vec<u8>, GetError> {
+        self.inner.get_object_range(object, range).await
+    }
+    async fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        content_type: &str,
+        body: aws_sdk_s3::primitives::ByteStream,
+    ) -> Result<(), PutError> {
+        self.inner.put_object(bucket, key, content_type, body).await
+    }
+    async fn list_objects(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        from: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), ListError> {
+        self.inner.list_objects(bucket, prefix, from).await
+    }
+    async fn delete_objects(&self, bucket: &str, keys: &[String]) -> Result<(), DeleteError> {
+        {
+            let promised = self.promised.lock().unwrap();
+            let mut violations = self.violations.lock().unwrap();
+            for key in keys {
+                *self.deletions.lock().unwrap() += 1;
+                let job = key.trim_start_matches("derived/").split('/').next();
+                if let Some(job) = job.filter(|job| promised.contains(*job)) {
+                    violations.push(format!("{key} deleted while job {job} is promised"));
+                }
+            }
+        }
+        self.inner.delete_objects(bucket, keys).await
+    }
+    async fn list_object_versions(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        from: Option<&(String, String)>,
+    ) -> Result<VersionsPage, ListError> {
+        self.inner.list_object_versions(bucket, prefix, from).await
+    }
 }
 
 /// One notification, as S3 sent it, with its true order.
@@ -80,6 +173,10 @@ struct Soak {
     stalled: usize,
     crashes: BTreeMap<String, usize>,
     outcomes: BTreeMap<&'static str, usize>,
+    oracle: Oracle,
+    /// Hints without order sent.
+    hints: usize,
+    throttled: usize,
 }
 
 impl Soak {
@@ -102,8 +199,11 @@ impl Soak {
         assert_eq!(record["s3"]["object"]["key"], key, "{record}");
         let name = record["eventName"].as_str().unwrap().to_string();
         assert!(name.starts_with(kind), "{name} after a {kind}");
-        let sequence = self.events.len() as u64 + 1;
-        record["s3"]["object"]["sequencer"] = Value::String(format!("{:018X}", 0x0A00 + sequence));
+        if self.versioned {
+            let sequence = self.events.len() as u64 + 1;
+            record["s3"]["object"]["sequencer"] =
+                Value::String(format!("{:018X}", 0x0A00 + sequence));
+        }
         self.events.push(Event {
             body: body.to_string(),
             message_id: message.message_id.clone().unwrap(),
@@ -122,9 +222,12 @@ impl Soak {
         self.versions.push(Version {
             key: key.clone(),
             version_id: put.version_id,
+            etag: put.e_tag.unwrap_or_default().trim_matches('"').to_string(),
             content,
             exists: true,
+            promised: false,
         });
+        self.promise();
         self.take_event(&key, "ObjectCreated:").await;
     }
 
@@ -148,8 +251,69 @@ impl Soak {
             .expect("delete");
         if !marker {
             self.versions[index].exists = false;
+            self.promise();
         }
         self.take_event(&version.key, "ObjectRemoved:").await;
+    }
+
+    /// The jobs a content keys (one per recipe).
+    fn jobs_of(&self, content: usize) -> Vec<String> {
+        let hash = sha256_hex(&self.contents[content]);
+        self.p
+            .app
+            .config
+            .recipes
+            .iter()
+            .map(|r| job_key(&hash, &r.recipe_hash))
+            .collect()
+    }
+
+    /// The promised jobs, as the versions now are.
+    fn promise(&mut self) {
+        let promised: BTreeSet<String> = self
+            .versions
+            .iter()
+            .filter(|v| v.exists && v.promised)
+            .flat_map(|v| self.jobs_of(v.content))
+            .collect();
+        *self.oracle.promised.lock().unwrap() = promised;
+    }
+
+    /// A message acknowledged: a create of bytes its version (or, without
+    /// an ETag, its key's current version) still holds promises them.
+    fn acknowledged(&mut self, body: &str) {
+        let body: Value = serde_json::from_str(body).unwrap();
+        let record = &body["Records"][0];
+        if !record["eventName"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("ObjectCreated:"))
+        {
+            return;
+        }
+        let key = decode_key(record["s3"]["object"]["key"].as_str().unwrap()).unwrap();
+        let version_id = record["s3"]["object"]["versionId"]
+            .as_str()
+            .filter(|v| *v != "null");
+        let etag = record["s3"]["object"]["eTag"].as_str();
+        for version in self.versions.iter_mut().filter(|v| {
+            v.exists
+                && v.key == key
+                && (version_id.is_none() || v.version_id.as_deref() == version_id)
+                && etag.is_none_or(|etag| etag.trim_matches('"') == v.etag)
+        }) {
+            if version_id.is_some() || !self.versioned {
+                version.promised = true;
+            }
+        }
+        self.promise();
+    }
+
+    fn check_oracle(&self) {
+        let violations = self.oracle.violations.lock().unwrap();
+        assert!(
+            violations.is_empty(),
+            "outputs of promised jobs deleted: {violations:#?}"
+        );
     }
 
     fn new_content(&mut self) -> usize {
@@ -212,6 +376,27 @@ impl Soak {
         if redelivery {
             due.push((at(OUT_OF_ORDER), message(event.message_id.clone())));
         }
+        let body: Value = serde_json::from_str(&event.body).unwrap();
+        let record = &body["Records"][0];
+        let created = record["eventName"]
+            .as_str()
+            .is_some_and(|name| name.starts_with("ObjectCreated:"));
+        let hint_without_order = created && rng.f64() < HINTS_WITHOUT_ORDER;
+        let hint_at = n + 2 * OUT_OF_ORDER + rng.usize(0..=OUT_OF_ORDER);
+        if hint_without_order {
+            // As `reprocess` sends it: no sequencer, no ETag.
+            let mut hint = SqsMessage::default();
+            hint.message_id = Some(format!("{}-reprocess", event.message_id));
+            hint.body = Some(created_notification(
+                record["s3"]["bucket"]["name"].as_str().unwrap(),
+                &decode_key(record["s3"]["object"]["key"].as_str().unwrap()).unwrap(),
+                record["s3"]["object"]["versionId"].as_str(),
+                None,
+                None,
+            ));
+            due.push((hint_at, hint));
+            self.hints += 1;
+        }
         for (at, message) in due {
             self.deliveries += 1;
             self.scheduled.push((at, self.deliveries, message));
@@ -247,9 +432,15 @@ impl Soak {
             .as_ref()
             .map(|(_, f)| f.clone())
             .unwrap_or_else(|| Arc::new(FaultPlan::new()));
-        let app = self
-            .p
-            .seeded_worker(self.clock_ms, faults, self.rng.u64(..));
+        if crash.is_none() && self.rng.f64() < THROTTLED {
+            // DynamoDB throttling one claim: that job fails and its
+            // message comes back; the record's other jobs go on.
+            faults.fail(Call::PutRow, 1, "ThrottlingException: Rate exceeded");
+            self.throttled += 1;
+        }
+        let app =
+            self.p
+                .seeded_worker_over(self.oracle.clone(), self.clock_ms, faults, self.rng.u64(..));
         let deadline = app.now_ms() + 60_000;
         let report = handle_before(app, batch.clone(), deadline).await;
         for job in report.jobs() {
@@ -266,6 +457,13 @@ impl Soak {
                 .map(|f| f.item_identifier.clone())
                 .collect()
         };
+        for message in batch
+            .iter()
+            .filter(|m| !back.contains(m.message_id.as_deref().unwrap_or_default()))
+        {
+            self.acknowledged(message.body.as_deref().unwrap_or_default());
+        }
+        self.check_oracle();
         let progressed = back.len() < batch.len();
         self.queue.extend(
             batch
@@ -358,6 +556,7 @@ async fn lifecycle(versioned: bool) {
         ],
     })
     .await;
+    let p_s3 = p.s3.clone();
     let mut soak = Soak {
         p,
         versioned,
@@ -373,6 +572,14 @@ async fn lifecycle(versioned: bool) {
         stalled: 0,
         crashes: BTreeMap::new(),
         outcomes: BTreeMap::new(),
+        oracle: Oracle {
+            inner: Arc::new(S3Objects::new(p_s3)),
+            promised: Arc::default(),
+            violations: Arc::default(),
+            deletions: Arc::default(),
+        },
+        hints: 0,
+        throttled: 0,
     };
     // Operations and deliveries interleave: the handler meets keys that
     // change under it, and deletes that come before their creates.
@@ -395,20 +602,24 @@ async fn lifecycle(versioned: bool) {
     // After the grace: the sweep collects what nothing references, and
     // finishes collections a crash stopped.
     let clock_ms = soak.clock_ms + 2 * GRACE_SECS as i64 * 1_000;
-    let sweeper = soak
-        .p
-        .seeded_worker(clock_ms, Arc::new(FaultPlan::new()), seed);
+    let sweeper = soak.p.seeded_worker_over(
+        soak.oracle.clone(),
+        clock_ms,
+        Arc::new(FaultPlan::new()),
+        seed,
+    );
     let sweep = sweeper.collect_due(false).await.expect("the sweep");
     assert!(sweep.failures.is_empty(), "{:?}", sweep.failures);
+    soak.check_oracle();
     let collected = sweep.collected;
 
     // What should be: per content that a version still uses, the count.
     let p = &soak.p;
-    let recipe_hash = &p.app.config.recipes[0].recipe_hash;
     let mut expected: BTreeMap<String, u64> = BTreeMap::new();
     for version in soak.versions.iter().filter(|v| v.exists) {
-        let key = job_key(&sha256_hex(&soak.contents[version.content]), recipe_hash);
-        *expected.entry(key).or_default() += 1;
+        for key in soak.jobs_of(version.content) {
+            *expected.entry(key).or_default() += 1;
+        }
     }
     let mut rows: BTreeMap<String, JobRow> = BTreeMap::new();
     let mut version_rows = 0;
@@ -433,16 +644,19 @@ async fn lifecycle(versioned: bool) {
         prefixes.insert(job.to_string());
     }
     println!(
-        "lifecycle ({}, seed {seed}): {} versions created, {} exist, {} contents in use; {} events, {} deliveries in {} batches; crashes {:?}; job outcomes {:?}; {} collected by the final sweep; {} job rows, {} version rows; {} step runs",
+        "lifecycle ({}, seed {seed}): {} versions created, {} exist, {} jobs in use; {} events, {} deliveries ({} hints without order) in {} batches; crashes {:?}, {} claims throttled; job outcomes {:?}; {} objects deleted by collectors, none promised; {} collected by the final sweep; {} job rows, {} version rows; {} step runs",
         if versioned { "versioned" } else { "unversioned" },
         soak.versions.len(),
         soak.versions.iter().filter(|v| v.exists).count(),
         expected.len(),
         soak.events.len(),
         soak.deliveries,
+        soak.hints,
         soak.batches,
         soak.crashes,
+        soak.throttled,
         soak.outcomes,
+        *soak.oracle.deletions.lock().unwrap(),
         collected.len(),
         rows.len(),
         version_rows,

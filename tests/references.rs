@@ -575,8 +575,16 @@ async fn finding_2_an_identical_reupload_keeps_a_recipe_that_did_not_run() {
         ..Options::default()
     })
     .await;
+    // As S3 would send them (LocalStack repeats one): the second put's
+    // sequencer is the later one.
+    let sequenced = |mut messages: Vec<SqsMessage>, sequencer: &str| {
+        let mut body: Value = serde_json::from_str(messages[0].body.as_deref().unwrap()).unwrap();
+        body["Records"][0]["s3"]["object"]["sequencer"] = Value::String(sequencer.into());
+        messages[0].body = Some(body.to_string());
+        messages
+    };
     p.put("twice.bin", BYTES, true).await;
-    handle_ok(&p, p.receive(1).await).await;
+    handle_ok(&p, sequenced(p.receive(1).await, "0055AED6DCD90281E5")).await;
     let hash = sha256_hex(BYTES);
     let recipes = &p.app.config.recipes;
     let (one, two) = (
@@ -591,7 +599,8 @@ async fn finding_2_an_identical_reupload_keeps_a_recipe_that_did_not_run() {
     faults.fail_key(Call::PutRow, &two[40..], usize::MAX, "ThrottlingException");
     let worker = p.worker(0, faults);
     let deadline = worker.now_ms() + 600_000;
-    let report = handle_before(worker, p.receive(1).await, deadline).await;
+    let again = sequenced(p.receive(1).await, "0055AED6DCD90281E6");
+    let report = handle_before(worker, again, deadline).await;
     let outcomes: Vec<(String, Outcome)> = report
         .jobs()
         .map(|j| (j.job_key.clone(), j.outcome))

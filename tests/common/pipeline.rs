@@ -213,6 +213,22 @@ impl Pipeline {
         faults: Arc<FaultPlan>,
         seed: u64,
     ) -> Arc<App> {
+        self.seeded_worker_over(
+            S3Objects::new(self.s3.clone()),
+            clock_offset_ms,
+            faults,
+            seed,
+        )
+    }
+
+    /// The same, its objects going through `objects` (which wraps S3).
+    pub fn seeded_worker_over(
+        &self,
+        objects: impl mediaonce::store::ObjectClient + 'static,
+        clock_offset_ms: i64,
+        faults: Arc<FaultPlan>,
+        seed: u64,
+    ) -> Arc<App> {
         Arc::new(
             App::new(
                 self.config.clone(),
@@ -220,7 +236,7 @@ impl Pipeline {
                     DynamoDbTable::new(self.counted_dynamodb.clone(), self.table.clone()),
                     faults.clone(),
                 )),
-                ObjectStore::new(FaultyObjects::new(S3Objects::new(self.s3.clone()), faults)),
+                ObjectStore::new(FaultyObjects::new(objects, faults)),
                 Queue::sqs(self.sqs.clone()),
             )
             .with_clock(SkewedClock(clock_offset_ms))
@@ -364,19 +380,30 @@ impl Pipeline {
     }
 
     pub async fn output_keys(&self, prefix: &str) -> Vec<String> {
-        let listing = self
-            .s3
-            .list_objects_v2()
-            .bucket(&self.output_bucket)
-            .prefix(prefix)
-            .send()
-            .await
-            .expect("list");
-        let mut keys: Vec<String> = listing
-            .contents()
-            .iter()
-            .filter_map(|o| o.key().map(str::to_string))
-            .collect();
+        // Every page: a soak's outputs pass ListObjectsV2's 1,000 keys.
+        let mut keys = Vec::new();
+        let mut from: Option<String> = None;
+        loop {
+            let listing = self
+                .s3
+                .list_objects_v2()
+                .bucket(&self.output_bucket)
+                .prefix(prefix)
+                .set_continuation_token(from)
+                .send()
+                .await
+                .expect("list");
+            keys.extend(
+                listing
+                    .contents()
+                    .iter()
+                    .filter_map(|o| o.key().map(str::to_string)),
+            );
+            match listing.next_continuation_token() {
+                Some(next) => from = Some(next.to_string()),
+                None => break,
+            }
+        }
         keys.sort();
         keys
     }
