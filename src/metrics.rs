@@ -109,6 +109,7 @@ pub fn batch_documents(
     add("InputBytesRead", "Bytes", usage.input_bytes_read);
     add("OutputBytesWritten", "Bytes", usage.output_bytes_written);
     add("DynamoDbCalls", "Count", usage.dynamodb_calls);
+    add("DynamoDbRetries", "Count", usage.dynamodb_retries);
     if cold_start {
         add("ColdStart", "Count", 1);
     }
@@ -263,6 +264,7 @@ pub(crate) mod tests {
                 input_bytes_read: 1234,
                 output_bytes_written: 99,
                 dynamodb_calls: 7,
+                dynamodb_retries: 2,
             },
         };
         let documents = batch_documents("ns", &report, true, 1_700_000_000_000);
@@ -302,6 +304,7 @@ pub(crate) mod tests {
         assert_eq!(batch["InputBytesRead"], 1234);
         assert_eq!(batch["OutputBytesWritten"], 99);
         assert_eq!(batch["DynamoDbCalls"], 7);
+        assert_eq!(batch["DynamoDbRetries"], 2);
         assert_eq!(batch["ColdStart"], 1);
         assert_eq!(
             batch["_aws"]["CloudWatchMetrics"][0]["Dimensions"],

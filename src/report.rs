@@ -111,6 +111,9 @@ pub struct BatchUsage {
     pub input_bytes_read: u64,
     pub output_bytes_written: u64,
     pub dynamodb_calls: u64,
+    /// Contended DynamoDB calls retried in-process (transaction conflicts
+    /// and throttles): the price of contention, in calls.
+    pub dynamodb_retries: u64,
 }
 
 impl BatchUsage {
@@ -122,6 +125,9 @@ impl BatchUsage {
                 .output_bytes_written
                 .saturating_sub(before.output_bytes_written),
             dynamodb_calls: self.dynamodb_calls.saturating_sub(before.dynamodb_calls),
+            dynamodb_retries: self
+                .dynamodb_retries
+                .saturating_sub(before.dynamodb_retries),
         }
     }
 }

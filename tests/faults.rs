@@ -13,7 +13,7 @@ use common::{handle_with, Options, Pipeline};
 use mediaonce::faults::{Call, FaultPlan};
 use mediaonce::handler::{BatchReport, Outcome};
 use mediaonce::key::{job_key, sha256_hex};
-use mediaonce::ledger::{JobRow, JobStatus};
+use mediaonce::ledger::{JobRow, JobStatus, RetryPolicy};
 use mediaonce::step::Manifest;
 
 const BYTES: &[u8] = b"bytes that meet trouble";
@@ -79,9 +79,10 @@ async fn has_manifest(p: &Pipeline, key: &str) -> bool {
 async fn throttled_claim_comes_back_then_runs() {
     let (p, message, key) = upload("counted-probe").await;
     let faults = Arc::new(FaultPlan::new());
+    // Throttled on every one of the ledger's in-process attempts.
     faults.fail(
         Call::PutRow,
-        1,
+        RetryPolicy::default().attempts as usize,
         "ProvisionedThroughputExceededException (retries exhausted)",
     );
     let worker = p.worker(0, faults.clone());
@@ -90,7 +91,7 @@ async fn throttled_claim_comes_back_then_runs() {
     let (outcome, _, reason) = only_job(&first);
     assert_eq!(outcome, Outcome::Failed);
     assert!(
-        reason.contains("PutItem") && reason.contains("injected fault"),
+        reason.contains("PutItem") && reason.contains("throttled"),
         "{reason}"
     );
     assert!(!acked(&first));

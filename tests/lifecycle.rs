@@ -38,7 +38,7 @@ use mediaonce::event::{created_notification, decode_key};
 use mediaonce::faults::{Call, FaultPlan};
 use mediaonce::fingerprint::ObjectHead;
 use mediaonce::key::{job_key, sha256_hex};
-use mediaonce::ledger::{JobRow, JobStatus};
+use mediaonce::ledger::{JobRow, JobStatus, RetryPolicy};
 use mediaonce::references::VERSION_ROW_PREFIX;
 use mediaonce::step::MANIFEST_NAME;
 use mediaonce::store::s3::S3Objects;
@@ -52,7 +52,8 @@ const RECIPES: &str = r#"[{"step":"counted-probe","version":1,"params":{}},
 /// Creates that also get a hint without a sequencer or an ETag (a
 /// `reprocess` or `backfill` entry), delivered up to two windows later.
 const HINTS_WITHOUT_ORDER: f64 = 0.10;
-/// Batches whose first claim is throttled (that job fails, the others go on).
+/// Batches whose first claim is throttled on every in-process attempt
+/// (that job fails, the others go on).
 const THROTTLED: f64 = 0.08;
 /// How far an event may be delivered after the ones that followed it.
 const OUT_OF_ORDER: usize = 8;
@@ -435,7 +436,11 @@ impl Soak {
         if crash.is_none() && self.rng.f64() < THROTTLED {
             // DynamoDB throttling one claim: that job fails and its
             // message comes back; the record's other jobs go on.
-            faults.fail(Call::PutRow, 1, "ThrottlingException: Rate exceeded");
+            faults.fail(
+                Call::PutRow,
+                RetryPolicy::default().attempts as usize,
+                "ThrottlingException: Rate exceeded",
+            );
             self.throttled += 1;
         }
         let app =

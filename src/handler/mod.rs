@@ -126,6 +126,10 @@ impl App {
             input_bytes_read: self.store.bytes_read(),
             output_bytes_written: self.store.bytes_written(),
             dynamodb_calls: self.ledger.calls(),
+            dynamodb_retries: {
+                let (conflicts, throttles) = self.ledger.retries();
+                conflicts + throttles
+            },
         }
     }
 

@@ -19,8 +19,8 @@ use super::items::{
 };
 
 use super::{
-    attr, max_runs, Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, DeferCollect,
-    Finish, JobRow, JobStatus, LedgerError, LedgerTable, RefWrite,
+    attr, max_runs, Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, Contention,
+    DeferCollect, Finish, JobRow, JobStatus, LedgerError, LedgerTable, RefWrite,
 };
 
 /// When a row is due for collection ([`super::collectable`]): the
@@ -94,6 +94,19 @@ impl DynamoDbTable {
     where
         E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
     {
+        // What is left of a throttle after the SDK's own retries, or a
+        // write on an item in a transaction: retried in-process.
+        if let Some(contention) = err
+            .as_service_error()
+            .and_then(|e| e.code())
+            .and_then(Contention::of_code)
+        {
+            return LedgerError::Contended {
+                operation,
+                table: self.table.clone(),
+                contention,
+            };
+        }
         LedgerError::Service {
             operation,
             table: self.table.clone(),
@@ -472,13 +485,27 @@ impl LedgerTable for DynamoDbTable {
                 .get(index)
                 .is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
         };
+        // A conflict with another transaction or a throttled item: nothing
+        // was written, and the SDK does not retry it (its standard strategy
+        // knows neither code): retried in-process (`Ledger::retrying`).
+        // A conflict outranks a failed condition: the condition may hold
+        // once the other transaction is done.
+        if let Some(contention) = reasons
+            .iter()
+            .filter_map(|r| r.code().and_then(Contention::of_code))
+            .min_by_key(|c| *c != Contention::TransactionConflict)
+        {
+            return Err(LedgerError::Contended {
+                operation: "TransactWriteItems",
+                table: self.table.clone(),
+                contention,
+            });
+        }
         if reasons.is_empty()
             || reasons
                 .iter()
                 .any(|r| !matches!(r.code(), None | Some("None" | "ConditionalCheckFailed")))
         {
-            // A conflict with another transaction, throttling: retried by
-            // the message like any transient failure.
             return Err(self.service_error("TransactWriteItems", err));
         }
         let version_state = if failed(0) {

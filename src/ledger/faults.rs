@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use super::{Claim, ClaimRequest, Conditional, Finish, JobRow, LedgerError, LedgerTable};
+use super::{
+    Claim, ClaimRequest, Conditional, Contention, Finish, JobRow, LedgerError, LedgerTable,
+};
 use crate::faults::{Call, FaultPlan};
 use crate::identity::ObjectVersion;
 use crate::references::{RefChange, VersionName, VersionRefs};
@@ -26,6 +28,13 @@ impl FaultyTable {
 
     fn check(&self, call: Call, operation: &'static str, job_key: &str) -> Result<(), LedgerError> {
         match self.plan.check(call, job_key) {
+            // A planned error named for a contention code is that
+            // contention (retried in-process, as DynamoDB's would be).
+            Some(message) if contention(&message).is_some() => Err(LedgerError::Contended {
+                operation,
+                table: self.inner.name().to_string(),
+                contention: contention(&message).unwrap_or(Contention::Throttled),
+            }),
             Some(message) => Err(LedgerError::Service {
                 operation,
                 table: self.inner.name().to_string(),
@@ -36,6 +45,14 @@ impl FaultyTable {
             None => Ok(()),
         }
     }
+}
+
+/// The contention a planned error names (`TransactionConflict`,
+/// `ThrottlingException`, ... as a word of it), if any.
+fn contention(message: &str) -> Option<Contention> {
+    message
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .find_map(Contention::of_code)
 }
 
 #[async_trait::async_trait]

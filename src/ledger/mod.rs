@@ -13,12 +13,15 @@
 //! and [`faults::FaultyTable`] injects failures into either.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::identity::ObjectVersion;
 use crate::lease::is_live;
 use crate::references::{RefChange, VersionName, VersionRefs};
 
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod contention;
 pub mod dynamodb;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
@@ -248,6 +251,114 @@ pub enum LedgerError {
         job_key: String,
         problem: String,
     },
+    /// An item was contended: nothing was written. Retried in-process with
+    /// jittered backoff ([`RetryPolicy`]) before it is reported.
+    #[error("DynamoDB {operation} on table {table} was refused: {contention}")]
+    Contended {
+        operation: &'static str,
+        table: String,
+        contention: Contention,
+    },
+}
+
+/// Why DynamoDB refused a call for contention. The SDK's standard retry
+/// strategy retries neither a transaction cancelled for a conflict nor
+/// (past its own attempts) a throttle; mediaonce does, in-process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contention {
+    /// A transaction was cancelled with `TransactionConflict` (another
+    /// transaction, or a write, was on one of its items), or a write met
+    /// `TransactionConflictException` (its item was in a transaction).
+    TransactionConflict,
+    /// Throttled: the item's partition was past its throughput (about
+    /// 1,000 write units a second per item), or the table's.
+    Throttled,
+}
+
+impl std::fmt::Display for Contention {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Contention::TransactionConflict => {
+                "TransactionConflict (an item was in another transaction)"
+            }
+            Contention::Throttled => "throttled (an item or the table was past its throughput)",
+        })
+    }
+}
+
+impl Contention {
+    /// The contention an error code names, if any (a transaction's
+    /// cancellation reason, or a call's error code). Pure.
+    pub fn of_code(code: &str) -> Option<Contention> {
+        match code {
+            "TransactionConflict" | "TransactionConflictException" => {
+                Some(Contention::TransactionConflict)
+            }
+            "ThrottlingError"
+            | "ThrottlingException"
+            | "ProvisionedThroughputExceeded"
+            | "ProvisionedThroughputExceededException"
+            | "RequestLimitExceeded" => Some(Contention::Throttled),
+            _ => None,
+        }
+    }
+}
+
+/// How a contended call is retried in-process: up to `attempts` calls in
+/// all, waiting a random time in `[0, min(cap, base × 2^n))` before the
+/// n-th retry ("full jitter": contenders spread out instead of colliding
+/// again in step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub attempts: u32,
+    pub base_ms: u64,
+    pub cap_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    /// 8 calls, 20 ms doubling to 1 s: at most about 2.5 s of waiting, a
+    /// fraction of a message's visibility timeout.
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 8,
+            base_ms: 20,
+            cap_ms: 1_000,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The same number of calls with no waiting (tests, the simulator's
+    /// virtual time).
+    pub fn immediate() -> Self {
+        RetryPolicy {
+            base_ms: 0,
+            cap_ms: 0,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// The wait before retry `n` (1 for the first), drawn from `rng`.
+    fn delay(&self, n: u32, rng: &Mutex<fastrand::Rng>) -> std::time::Duration {
+        let ceiling = self
+            .base_ms
+            .saturating_mul(1u64 << n.min(20))
+            .min(self.cap_ms);
+        std::time::Duration::from_millis(if ceiling == 0 {
+            0
+        } else {
+            rng.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .u64(0..ceiling)
+        })
+    }
+}
+
+/// Contended calls retried so far (the `DynamoDbRetries` of a batch).
+#[derive(Debug, Default)]
+pub struct Retries {
+    pub conflicts: AtomicU64,
+    pub throttles: AtomicU64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -501,6 +612,10 @@ pub struct Ledger {
     /// Calls made to the table (each method of [`LedgerTable`] is one
     /// DynamoDB call): the `DynamoDbCalls` metric.
     calls: Arc<AtomicU64>,
+    retry: RetryPolicy,
+    retries: Arc<Retries>,
+    /// The backoff's jitter.
+    rng: Arc<Mutex<fastrand::Rng>>,
 }
 
 impl LedgerError {
@@ -510,6 +625,7 @@ impl LedgerError {
         match self {
             LedgerError::Service { kind, .. } => *kind,
             LedgerError::MalformedRow { .. } => crate::error::ErrorKind::Other,
+            LedgerError::Contended { .. } => crate::error::ErrorKind::Transient,
         }
     }
 }
@@ -519,6 +635,57 @@ impl Ledger {
         Ledger {
             table: Arc::new(table),
             calls: Arc::default(),
+            retry: RetryPolicy::default(),
+            retries: Arc::default(),
+            rng: Arc::new(Mutex::new(fastrand::Rng::new())),
+        }
+    }
+
+    /// The same ledger drawing its backoff's jitter from `seed`.
+    pub fn seeded(mut self, seed: u64) -> Self {
+        self.rng = Arc::new(Mutex::new(fastrand::Rng::with_seed(seed)));
+        self
+    }
+
+    /// The same ledger retrying contended calls as `retry` says.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Contended calls retried through this ledger (and its clones).
+    pub fn retries(&self) -> (u64, u64) {
+        (
+            self.retries.conflicts.load(Ordering::Relaxed),
+            self.retries.throttles.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Runs `call` (one table call, made through [`Ledger::call`] so it is
+    /// counted) until it is not contended, or the policy's attempts are
+    /// spent: the last error then.
+    async fn retrying<T, F, Fut>(&self, mut call: F) -> Result<T, LedgerError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, LedgerError>>,
+    {
+        let mut tries = 1;
+        loop {
+            match call().await {
+                Err(LedgerError::Contended { contention, .. }) if tries < self.retry.attempts => {
+                    let counter = match contention {
+                        Contention::TransactionConflict => &self.retries.conflicts,
+                        Contention::Throttled => &self.retries.throttles,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    let wait = self.retry.delay(tries, &self.rng);
+                    if !wait.is_zero() {
+                        tokio::time::sleep(wait).await;
+                    }
+                    tries += 1;
+                }
+                other => return other,
+            }
         }
     }
 
@@ -550,7 +717,7 @@ impl Ledger {
 
     /// Reads a row with a consistent read.
     pub async fn get(&self, job_key: &str) -> Result<Option<JobRow>, LedgerError> {
-        self.call().get(job_key).await
+        self.retrying(|| self.call().get(job_key)).await
     }
 
     /// The SHA-256 mediaonce computed from an object version's bytes, if it
@@ -584,7 +751,8 @@ impl Ledger {
         &self,
         version: &VersionName,
     ) -> Result<Option<VersionRefs>, LedgerError> {
-        self.call().get_version_refs(version).await
+        self.retrying(|| self.call().get_version_refs(version))
+            .await
     }
 
     /// Moves a job nothing references to `collecting`.
@@ -592,7 +760,7 @@ impl Ledger {
         &self,
         request: &CollectRequest,
     ) -> Result<Conditional<JobRow>, LedgerError> {
-        self.call().begin_collect(request).await
+        self.retrying(|| self.call().begin_collect(request)).await
     }
 
     /// Deletes a collected row.
@@ -601,7 +769,8 @@ impl Ledger {
         job_key: &str,
         owner: &str,
     ) -> Result<Conditional<()>, LedgerError> {
-        self.call().end_collect(job_key, owner).await
+        self.retrying(|| self.call().end_collect(job_key, owner))
+            .await
     }
 
     /// Backs a failed collection off.
@@ -609,7 +778,7 @@ impl Ledger {
         &self,
         request: &DeferCollect,
     ) -> Result<Conditional<()>, LedgerError> {
-        self.call().defer_collect(request).await
+        self.retrying(|| self.call().defer_collect(request)).await
     }
 
     /// Every row due for collection (all Scan pages).
@@ -656,7 +825,8 @@ impl Ledger {
         change: &RefChange,
         now_ms: u64,
     ) -> Result<RefWrite, LedgerError> {
-        self.call().change_refs(version, change, now_ms).await
+        self.retrying(|| self.call().change_refs(version, change, now_ms))
+            .await
     }
 
     /// Claims a job: one put for a new key; for an existing one, the row
@@ -688,7 +858,7 @@ impl Ledger {
         let mut tries = 0;
         let existing = loop {
             tries += 1;
-            match self.call().put_new(&row).await? {
+            match self.retrying(|| self.call().put_new(&row)).await? {
                 Conditional::Applied(()) => {
                     return Ok(ClaimOutcome::Run(claim_of(
                         request,
@@ -698,7 +868,7 @@ impl Ledger {
                 }
                 Conditional::Rejected(Some(existing)) => break existing,
                 // Some DynamoDB implementations return no item with the failure.
-                Conditional::Rejected(None) => match self.call().get(&request.job_key).await? {
+                Conditional::Rejected(None) => match self.get(&request.job_key).await? {
                     Some(existing) => break existing,
                     None if tries < 2 => continue,
                     // Gone twice over: the key is contended; the message
@@ -723,16 +893,21 @@ impl Ledger {
         request: &ClaimRequest,
         seen: &JobRow,
     ) -> Result<ClaimOutcome, LedgerError> {
-        Ok(match self.call().take_over(seen, request).await? {
-            Conditional::Applied(attempt) => {
-                ClaimOutcome::Run(claim_of(request, attempt, &seen.output_prefix))
-            }
-            Conditional::Rejected(Some(winner)) if winner.status == JobStatus::Done => {
-                ClaimOutcome::Done(winner)
-            }
-            Conditional::Rejected(Some(winner)) => ClaimOutcome::Busy(winner),
-            Conditional::Rejected(None) => ClaimOutcome::Busy(seen.clone()),
-        })
+        Ok(
+            match self
+                .retrying(|| self.call().take_over(seen, request))
+                .await?
+            {
+                Conditional::Applied(attempt) => {
+                    ClaimOutcome::Run(claim_of(request, attempt, &seen.output_prefix))
+                }
+                Conditional::Rejected(Some(winner)) if winner.status == JobStatus::Done => {
+                    ClaimOutcome::Done(winner)
+                }
+                Conditional::Rejected(Some(winner)) => ClaimOutcome::Busy(winner),
+                Conditional::Rejected(None) => ClaimOutcome::Busy(seen.clone()),
+            },
+        )
     }
 
     /// Makes a failed (or poisoned) job claimable again: its attempts and
@@ -799,7 +974,7 @@ impl Ledger {
     /// unless another worker has taken the job over meanwhile (then its row
     /// stands, and this is `LostLease`).
     pub async fn release(&self, claim: &Claim) -> Result<(), FinishError> {
-        match self.call().release(claim).await? {
+        match self.retrying(|| self.call().release(claim)).await? {
             Conditional::Applied(()) => Ok(()),
             Conditional::Rejected(_) => Err(FinishError::LostLease(claim.job_key.clone())),
         }
@@ -811,7 +986,10 @@ impl Ledger {
         finish: Finish<'_>,
         now_ms: u64,
     ) -> Result<(), FinishError> {
-        match self.call().finish(claim, finish, now_ms).await? {
+        match self
+            .retrying(|| self.call().finish(claim, finish, now_ms))
+            .await?
+        {
             Conditional::Applied(()) => Ok(()),
             Conditional::Rejected(_) => Err(FinishError::LostLease(claim.job_key.clone())),
         }

@@ -20,7 +20,7 @@ use mediaonce::faults::FaultPlan;
 use mediaonce::handler::{App, BatchReport};
 use mediaonce::ledger::dynamodb::DynamoDbTable;
 use mediaonce::ledger::faults::FaultyTable;
-use mediaonce::ledger::{JobRow, Ledger};
+use mediaonce::ledger::{JobRow, Ledger, RetryPolicy};
 use mediaonce::queue::Queue;
 use mediaonce::steps::StepRegistry;
 use mediaonce::store::faults::FaultyObjects;
@@ -232,10 +232,13 @@ impl Pipeline {
         Arc::new(
             App::new(
                 self.config.clone(),
+                // Contended calls retried at once: the backoff's waits are
+                // the unit tests' (paused time), not the emulators'.
                 Ledger::new(FaultyTable::new(
                     DynamoDbTable::new(self.counted_dynamodb.clone(), self.table.clone()),
                     faults.clone(),
-                )),
+                ))
+                .with_retry(RetryPolicy::immediate()),
                 ObjectStore::new(FaultyObjects::new(objects, faults)),
                 Queue::sqs(self.sqs.clone()),
             )
