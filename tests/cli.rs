@@ -173,3 +173,49 @@ fn simulate_prints_the_month_and_its_json_last() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(text(&bad.stderr).contains("--identical must be between 0 and 1"));
 }
+
+#[test]
+fn simulate_adds_a_popular_content_burst_under_burst() {
+    let out = mediaonce(
+        &[
+            "simulate",
+            "--uploads",
+            "200",
+            "--burst-uploads",
+            "300",
+            "--burst-rate",
+            "300",
+            "--json",
+        ],
+        "",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("Burst: 300 uploads of one content"),
+        "{stdout}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap()).expect("JSON last");
+    let burst = &report["burst"];
+    for key in [
+        "dead_lettered",
+        "conflicts_retried",
+        "throttles_retried",
+        "refs_mismatches",
+        "uncounted_versions",
+        "step_runs",
+    ] {
+        assert!(burst[key].is_u64(), "{key}: {burst}");
+    }
+    assert_eq!(burst["uploads"], 300);
+    assert_eq!(burst["step_runs"], 1);
+    assert!(burst["write_units_per_upload"].as_f64().unwrap() > 0.0);
+
+    let bad = mediaonce(
+        &["simulate", "--burst-uploads", "1", "--burst-rate", "0"],
+        "",
+    );
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(text(&bad.stderr).contains("--burst-rate must be at least 1"));
+}

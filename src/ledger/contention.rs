@@ -37,6 +37,8 @@ pub struct Refusals {
 struct Load {
     /// Items held by a transaction in flight (how many hold each).
     held: HashMap<String, u32>,
+    /// Write units charged so far (all items).
+    charged: f64,
     /// Per item: the second (since start) and the units it took in it.
     units: HashMap<String, (u64, f64)>,
     refusals: Refusals,
@@ -70,6 +72,11 @@ impl ContendedTable {
             started: tokio::time::Instant::now(),
             load: Arc::default(),
         }
+    }
+
+    /// Write units charged so far, as DynamoDB would bill them.
+    pub fn write_units(&self) -> f64 {
+        self.load().charged
     }
 
     pub fn refusals(&self) -> Refusals {
@@ -123,6 +130,7 @@ impl ContendedTable {
                 *entry = (second, 0.0);
             }
             entry.1 += units;
+            load.charged += units;
         }
         Ok(())
     }

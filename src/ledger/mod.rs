@@ -19,8 +19,7 @@ use crate::identity::ObjectVersion;
 use crate::lease::is_live;
 use crate::references::{RefChange, VersionName, VersionRefs};
 
-#[cfg(any(test, feature = "testing"))]
-#[doc(hidden)]
+// DynamoDB's contention, modelled: the simulation's and the tests'.
 pub mod contention;
 pub mod dynamodb;
 #[cfg(any(test, feature = "testing"))]

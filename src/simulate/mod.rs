@@ -10,6 +10,7 @@
 //! invocations run at once only to model an SQS redelivery while the first
 //! attempt still runs: they interleave on one thread at the step's yields.
 
+mod burst;
 pub mod clients;
 mod traffic;
 
@@ -29,6 +30,7 @@ use crate::queue::{Queue, RecordingQueue};
 use crate::step::{InputUse, JobOutputs, Step, StepContext, StepError};
 use crate::steps::StepRegistry;
 use crate::store::ObjectStore;
+pub use burst::{render_burst, simulate_burst, BurstOptions, BurstReport};
 use clients::{SimObjects, SimTable, TableUse};
 pub use traffic::{Delivery, Traffic};
 

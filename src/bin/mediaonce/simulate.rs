@@ -4,7 +4,9 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use mediaonce::simulate::{render, simulate, Prices, SimOptions};
+use mediaonce::simulate::{
+    render, render_burst, simulate, simulate_burst, BurstOptions, BurstReport, Prices, SimOptions,
+};
 
 use super::fail;
 
@@ -57,9 +59,33 @@ pub struct SimulateArgs {
     /// USD per thousand S3 GET and HEAD requests.
     #[arg(long, default_value_t = Prices::default().s3_get_thousand)]
     price_s3_get_thousand: f64,
-    /// Also print the figures as one JSON object, the last line of stdout.
+    /// Also a popular content uploaded this many times (each to its own
+    /// key) beside the month, with DynamoDB's contention modelled; 0: none.
+    #[arg(long, default_value_t = 0)]
+    burst_uploads: u64,
+    /// The burst's uploads a second.
+    #[arg(long, default_value_t = BurstOptions::default().rate)]
+    burst_rate: u64,
+    /// How long the burst content's one job runs (ms).
+    #[arg(long, default_value_t = BurstOptions::default().run_ms)]
+    burst_run_ms: u64,
+    /// How long a DynamoDB transaction holds its items (ms).
+    #[arg(long, default_value_t = BurstOptions::default().transaction_ms)]
+    burst_transaction_ms: u64,
+    /// Also print the figures as one JSON object, the last line of stdout
+    /// (the burst's under `burst`).
     #[arg(long)]
     json: bool,
+}
+
+/// The burst, on a runtime whose clock is paused: its waits are virtual.
+fn run_burst(options: &BurstOptions) -> Result<BurstReport, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?
+        .block_on(simulate_burst(options))
 }
 
 pub fn run(args: SimulateArgs) -> ExitCode {
@@ -106,15 +132,39 @@ pub fn run(args: SimulateArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return fail(format!("simulate: cannot start the async runtime: {e}")),
     };
+    if args.burst_rate == 0 {
+        return fail("simulate: --burst-rate must be at least 1".into());
+    }
+    let burst = (args.burst_uploads > 0).then_some(BurstOptions {
+        uploads: args.burst_uploads,
+        rate: args.burst_rate,
+        run_ms: args.burst_run_ms,
+        transaction_ms: args.burst_transaction_ms,
+        seed: args.seed,
+    });
+    let burst = match burst.as_ref().map(run_burst).transpose() {
+        Ok(burst) => burst,
+        Err(e) => return fail(format!("simulate: the burst: {e}")),
+    };
     runtime.block_on(async {
         match simulate(&options).await {
             Ok(report) => {
                 print!("{}", render(&report));
+                if let Some(burst) = &burst {
+                    print!("{}", render_burst(burst));
+                }
                 if args.json {
-                    match serde_json::to_string(&report) {
-                        Ok(json) => println!("{json}"),
+                    let mut json = match serde_json::to_value(&report) {
+                        Ok(json) => json,
                         Err(e) => return fail(format!("simulate: {e}")),
+                    };
+                    if let (Some(burst), Some(object)) = (&burst, json.as_object_mut()) {
+                        match serde_json::to_value(burst) {
+                            Ok(value) => object.insert("burst".into(), value),
+                            Err(e) => return fail(format!("simulate: {e}")),
+                        };
                     }
+                    println!("{json}");
                 }
                 ExitCode::SUCCESS
             }
