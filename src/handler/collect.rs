@@ -33,6 +33,13 @@ use crate::ledger::{CollectDue, CollectRequest, Conditional, DeferCollect, JobRo
 pub const COLLECT_LEASE: Duration = Duration::from_secs(300);
 /// No page of deletes starts with less than this left of the lease.
 const LEASE_MARGIN: Duration = Duration::from_secs(30);
+/// A page (its listing and its DeleteObjects, the SDK's retries included)
+/// is abandoned after this, shorter than [`LEASE_MARGIN`]: no delete of
+/// this collection is still in flight when its lease ends and a claim may
+/// take the row over and write the job's outputs again. (A check of the
+/// lease before the page alone would not do: a DeleteObjects that stalls
+/// past the lease would delete the new run's outputs.)
+const PAGE_TIMEOUT: Duration = Duration::from_secs(20);
 /// A job whose collection failed is not collected again for this long,
 /// doubled at each failure in a row, up to [`MAX_BACK_OFF`].
 pub const FIRST_BACK_OFF: Duration = Duration::from_secs(3600);
@@ -151,18 +158,31 @@ impl App {
                     deleted.len()
                 ));
             }
-            let (keys, _) = self
-                .store
-                .list_page(bucket, prefix, None)
+            let page = async {
+                let (keys, _) = self
+                    .store
+                    .list_page(bucket, prefix, None)
+                    .await
+                    .map_err(|e| format!("collecting {job_key}: listing {prefix}: {e}"))?;
+                if !keys.is_empty() {
+                    self.store.delete_keys(bucket, &keys).await.map_err(|e| {
+                        format!("collecting {job_key}: deleting under {prefix}: {e}")
+                    })?;
+                }
+                Ok::<_, String>(keys)
+            };
+            let keys = tokio::time::timeout(PAGE_TIMEOUT, page)
                 .await
-                .map_err(|e| format!("collecting {job_key}: listing {prefix}: {e}"))?;
+                .map_err(|_| {
+                    format!(
+                        "collecting {job_key}: a page of deletes under {prefix} took more than \
+                         {} s: abandoned before the lease ends",
+                        PAGE_TIMEOUT.as_secs()
+                    )
+                })??;
             if keys.is_empty() {
                 return Ok(deleted);
             }
-            self.store
-                .delete_keys(bucket, &keys)
-                .await
-                .map_err(|e| format!("collecting {job_key}: deleting under {prefix}: {e}"))?;
             deleted.extend(keys);
         }
     }

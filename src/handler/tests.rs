@@ -537,3 +537,116 @@ async fn a_batch_counts_its_calls_and_bytes_and_its_metrics_add_up() {
         }
     );
 }
+
+/// An object client whose DeleteObjects never answers (a stalled
+/// connection, the SDK retrying for minutes).
+#[derive(Debug)]
+struct StallingDeletes(Arc<InMemoryObjects>);
+
+#[async_trait::async_trait]
+impl crate::store::ObjectClient for StallingDeletes {
+    async fn head_object(
+        &self,
+        object: &crate::store::ObjectRef,
+    ) -> Result<Option<crate::fingerprint::ObjectHead>, crate::store::HeadError> {
+        self.0.head_object(object).await
+    }
+    async fn get_object(
+        &self,
+        object: &crate::store::ObjectRef,
+    ) -> Result<aws_sdk_s3::primitives::ByteStream, crate::store::GetError> {
+        self.0.get_object(object).await
+    }
+    async fn get_object_range(
+        &self,
+        object: &crate::store::ObjectRef,
+        range: std::ops::Range<u64>,
+    ) -> Result<Vec<u8>, crate::store::GetError> {
+        self.0.get_object_range(object, range).await
+    }
+    async fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        content_type: &str,
+        body: aws_sdk_s3::primitives::ByteStream,
+    ) -> Result<(), crate::store::PutError> {
+        self.0.put_object(bucket, key, content_type, body).await
+    }
+    async fn list_objects(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        from: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), crate::store::ListError> {
+        self.0.list_objects(bucket, prefix, from).await
+    }
+    async fn delete_objects(
+        &self,
+        _bucket: &str,
+        _keys: &[String],
+    ) -> Result<(), crate::store::DeleteError> {
+        std::future::pending().await
+    }
+    async fn list_object_versions(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        from: Option<&(String, String)>,
+    ) -> Result<crate::store::VersionsPage, crate::store::ListError> {
+        self.0.list_object_versions(bucket, prefix, from).await
+    }
+}
+
+/// A DeleteObjects that stalls is abandoned well before the collection's
+/// lease ends (so no delete is in flight when a claim may take the row
+/// over and write the outputs again), and the collection is backed off.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_page_of_deletes_is_abandoned_before_the_lease_ends() {
+    let steps = StepRegistry::builtin();
+    let config = Config::from_lookup(
+        |name| match name {
+            "MEDIAONCE_TABLE" => Some("jobs".into()),
+            "MEDIAONCE_OUTPUT_BUCKET" => Some("out".into()),
+            _ => None,
+        },
+        &steps,
+    )
+    .unwrap();
+    let objects = InMemoryObjects::new();
+    objects.insert("out", "derived/j/probe.json", b"{}", false);
+    let table = InMemoryTable::new("jobs");
+    table.insert(JobRow {
+        job_key: "j".into(),
+        step: "probe".into(),
+        input_hash: "i".into(),
+        status: JobStatus::Done,
+        lease_until_ms: 0,
+        attempts: 1,
+        owner: "o".into(),
+        output_prefix: "s3://out/derived/j/".into(),
+        error: None,
+        updated_at_ms: 0,
+        failures: 0,
+        permanent: false,
+        refs: Some(0),
+        released_at_ms: Some(0),
+        refs_partial: false,
+        collect_failures: 0,
+        collect_retry_at_ms: None,
+    });
+    let app = App::new(
+        config,
+        Ledger::new(table),
+        ObjectStore::new(StallingDeletes(objects.clone())),
+        Queue::new(Arc::new(RecordingQueue::default())),
+    );
+    let started = tokio::time::Instant::now();
+    let err = app.collect("j").await.unwrap_err();
+    assert!(err.contains("took more than 20 s"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let row = app.ledger.get("j").await.unwrap().unwrap();
+    assert_eq!(row.collect_failures, 1, "{row:?}");
+    assert!(row.lease_until_ms <= app.now_ms(), "the lease ended: {row:?}");
+    assert!(objects.bytes("out", "derived/j/probe.json").is_some());
+}
