@@ -44,20 +44,26 @@ def setup(s3, sqs, dynamodb):
     # A fresh start each run: no rows, no outputs from an earlier demo.
     for obj in s3.list_objects_v2(Bucket=BUCKET).get("Contents", []):
         s3.delete_object(Bucket=BUCKET, Key=obj["Key"])
-    try:
-        dynamodb.delete_table(TableName=TABLE)
-    except dynamodb.exceptions.ResourceNotFoundException:
-        pass
-    try:
-        dynamodb.create_table(
-            TableName=TABLE,
-            KeySchema=[{"AttributeName": "job_key", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "job_key", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
-    except dynamodb.exceptions.ResourceInUseException:
-        pass
-    dynamodb.get_waiter("table_exists").wait(TableName=TABLE)
+    # The claim table and its references table (template.yaml's two).
+    tables = {
+        TABLE: [("job_key", "HASH")],
+        TABLE + "-refs": [("job_shard", "HASH"), ("version", "RANGE")],
+    }
+    for name, keys in tables.items():
+        try:
+            dynamodb.delete_table(TableName=name)
+        except dynamodb.exceptions.ResourceNotFoundException:
+            pass
+        try:
+            dynamodb.create_table(
+                TableName=name,
+                KeySchema=[{"AttributeName": a, "KeyType": k} for a, k in keys],
+                AttributeDefinitions=[{"AttributeName": a, "AttributeType": "S"} for a, _ in keys],
+                BillingMode="PAY_PER_REQUEST",
+            )
+        except dynamodb.exceptions.ResourceInUseException:
+            pass
+        dynamodb.get_waiter("table_exists").wait(TableName=name)
     sqs.purge_queue(QueueUrl=queue_url)
     return queue_url, queue_arn
 

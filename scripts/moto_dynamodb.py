@@ -7,10 +7,13 @@ X-Amz-Target names a DynamoDB operation. Without it, the concurrency tests
 would prove nothing.
 
 moto's TransactWriteItems backs itself up for a rollback by deep-copying
-every table the transaction touches: a cost that grows with the table (a
-soak of a few hundred uploads spends seconds per transaction). Since the
-requests are serialised here, the backup is made of the touched items
-instead, and restored the same way.
+every table the transaction touches, once per item: a cost that grows with
+the table (a soak of a few hundred uploads spends seconds per transaction)
+and, for a table with a sort key, memory that is not given back (1,000
+transactions of a version row and a reference item: 4.5x the time of two
+hash-key items, and 800 MB). Since the requests are serialised here, the
+backup is made of the touched items instead (by partition key, and by sort
+key where the table has one), and restored the same way.
 
 Usage: python moto_dynamodb.py HOST PORT
 """
@@ -66,24 +69,37 @@ def _transact_write_items_backed_up_by_item(self, transact_items):
         table = self.tables.get(op.get("TableName"))
         if table is None:
             continue
-        if table.range_key_attr is not None:
-            # Not a table of ours: moto's own, whole-table backup.
-            return _transact_write_items(self, transact_items)
         key = op.get("Key") or op.get("Item") or {}
         if table.hash_key_attr not in key:
             continue
         hash_value = DynamoType(key[table.hash_key_attr])
-        backups.append((table, hash_value, copy.deepcopy(table.items.get(hash_value))))
+        if table.range_key_attr is None:
+            backups.append((table, hash_value, None, copy.deepcopy(table.items.get(hash_value))))
+            continue
+        if table.range_key_attr not in key:
+            continue
+        range_value = DynamoType(key[table.range_key_attr])
+        # Read without creating the partition (items is a defaultdict).
+        partition = table.items[hash_value] if hash_value in table.items else {}
+        backups.append(
+            (table, hash_value, range_value, copy.deepcopy(partition.get(range_value)))
+        )
     saved = dynamodb_models.copy
     dynamodb_models.copy = _TablesKept
     try:
         return _transact_write_items(self, transact_items)
     except Exception:
-        for table, hash_value, item in reversed(backups):
-            if item is None:
-                table.items.pop(hash_value, None)
+        for table, hash_value, range_value, item in reversed(backups):
+            if range_value is None:
+                if item is None:
+                    table.items.pop(hash_value, None)
+                else:
+                    table.items[hash_value] = item
+            elif item is None:
+                if hash_value in table.items:
+                    table.items[hash_value].pop(range_value, None)
             else:
-                table.items[hash_value] = item
+                table.items[hash_value][range_value] = item
         raise
     finally:
         dynamodb_models.copy = saved

@@ -13,6 +13,8 @@ use crate::step::BoundStep;
 use crate::steps::StepRegistry;
 
 pub const ENV_TABLE: &str = "MEDIAONCE_TABLE";
+/// The references table (default `<MEDIAONCE_TABLE>-refs`).
+pub const ENV_REFS_TABLE: &str = "MEDIAONCE_REFS_TABLE";
 pub const ENV_OUTPUT_BUCKET: &str = "MEDIAONCE_OUTPUT_BUCKET";
 pub const ENV_OUTPUT_PREFIX: &str = "MEDIAONCE_OUTPUT_PREFIX";
 pub const ENV_RECIPES: &str = "MEDIAONCE_RECIPES";
@@ -83,9 +85,16 @@ pub struct RecipeRule {
     pub step: Arc<dyn BoundStep>,
 }
 
+/// The references table's name when `MEDIAONCE_REFS_TABLE` is not set.
+pub fn default_refs_table(table: &str) -> String {
+    format!("{table}-refs")
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub table: String,
+    /// One item per (job, version) reference (DESIGN.md, "References").
+    pub refs_table: String,
     /// Where every job's outputs go, whatever bucket its input was in.
     pub output_bucket: String,
     /// Ends with `/` (or is empty).
@@ -156,6 +165,7 @@ impl Config {
         let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let table = get(ENV_TABLE)
             .ok_or_else(|| invalid(ENV_TABLE, "is required (the DynamoDB table of job claims)"))?;
+        let refs_table = get(ENV_REFS_TABLE).unwrap_or_else(|| default_refs_table(&table));
         // A job key names bytes, not a bucket: the same bytes uploaded to two
         // buckets share one job, so its outputs must have one home that does
         // not depend on which upload ran first.
@@ -255,6 +265,7 @@ impl Config {
             gc_grace,
             metrics_namespace,
             table,
+            refs_table,
             output_bucket,
             output_prefix,
             recipes,

@@ -37,6 +37,14 @@ pub enum Call {
     EndCollect,
     /// Collection: a failed collection's back-off UpdateItem.
     DeferCollect,
+    /// Collection: the UpdateItem giving up a collection (referenced).
+    KeepCollected,
+    /// Collection: the UpdateItem recording that deletes start.
+    StartDeletes,
+    /// References: a release's mark on the job (UpdateItem).
+    MarkReleased,
+    /// References: a Query of a job's reference items.
+    QueryRefs,
     /// References: a seal's UpdateItem.
     SealRefs,
     /// Objects: ListObjectsV2.

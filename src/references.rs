@@ -4,9 +4,11 @@
 //! transitions and the safety argument.
 //!
 //! Each object version (bucket, key, version id or `null`) has one row in
-//! the claim table listing the job keys it references; each job row counts
-//! the versions referencing it (`refs`). A change to a version's row and
-//! the counts it moves is one transaction, so `refs` is what the rows say.
+//! the claim table listing the job keys it references, and one reference
+//! item per job in the references table ([`RefItem`]). A change to a
+//! version's row and its reference items is one transaction that no other
+//! version shares, so no job's item is written by a reference: a content
+//! uploaded thousands of times a second makes no hot item.
 //! Every event (and every `reprocess`, `backfill` or `refs rebuild`
 //! entry) is only a hint: its handler reads the row, asks S3 what the
 //! version holds *now*, and writes the row conditioned on what it read,
@@ -46,14 +48,73 @@ pub mod attr {
     pub const DELETED: &str = "deleted";
     /// N: epoch seconds after which DynamoDB's TTL removes a tombstone.
     pub const EXPIRES_AT: &str = "expires_at";
-    /// Job rows: N, epoch ms of the last release that lowered `refs`.
+    /// BOOL. On a version row: its jobs have their reference items (a row
+    /// written before them has its counts on the job rows instead). On a
+    /// job row: every version referencing the job has a reference item
+    /// (rows claimed since; `mediaonce refs seal` sets it on older rows);
+    /// a job row without it is never collected.
+    pub const REF_ITEMS: &str = "ref_items";
+    /// Job rows: N, epoch ms of the last mark ([`FREE_MARK`]).
     pub const RELEASED_AT_MS: &str = "released_at_ms";
-    /// Job rows: N, the versions referencing the job.
+    /// Job rows: S, a nonce written by every release of the job (and by
+    /// its finish): the sweep's sign that nothing may reference it now.
+    pub const FREE_MARK: &str = "free_mark";
+    /// Job rows written before reference items: N, the versions counted.
+    /// Never read.
     pub const REFS: &str = "refs";
-    /// Job rows: BOOL, `refs` counts only the versions seen since the row
-    /// was adopted (it was done before references were counted): never
-    /// collected until `mediaonce refs seal` declares the count complete.
+    /// Job rows written before reference items: BOOL. Never read.
     pub const REFS_PARTIAL: &str = "refs_partial";
+}
+
+/// Attribute names of a reference item, in the references table.
+pub mod ref_item_attr {
+    /// S, partition key: `<job key>#<shard>` ([`super::RefItem::partition`]).
+    pub const JOB_SHARD: &str = "job_shard";
+    /// S, sort key: the version row's key.
+    pub const VERSION: &str = "version";
+    /// S: the job key, readable.
+    pub const JOB_KEY: &str = "job_key";
+    /// N: epoch ms of the write.
+    pub const CREATED_AT_MS: &str = "created_at_ms";
+}
+
+/// A job's reference items are spread over this many partitions, so that
+/// a popular content's references (thousands a second) stay inside each
+/// partition's write throughput; a collector reads them all (one
+/// consistent Query each).
+pub const REF_SHARDS: u8 = 16;
+
+/// One (job, version) reference: an item of its own in the references
+/// table, written and deleted with its version's row.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RefItem {
+    pub job_key: String,
+    /// The version row's key ([`VersionName::row_key`]).
+    pub version_row: String,
+}
+
+impl RefItem {
+    /// The item's shard: the first byte of the SHA-256 of its version row
+    /// key, modulo [`REF_SHARDS`] (stable across builds and languages).
+    pub fn shard(&self) -> u8 {
+        shard_of(&self.version_row)
+    }
+
+    /// The item's partition key, `<job key>#<shard>`.
+    pub fn partition(&self) -> String {
+        partition_of(&self.job_key, self.shard())
+    }
+}
+
+/// The shard of a version row key's reference items. Pure.
+pub fn shard_of(version_row: &str) -> u8 {
+    let digest = crate::key::sha256_hex(version_row.as_bytes());
+    u8::from_str_radix(&digest[..2], 16).unwrap_or(0) % REF_SHARDS
+}
+
+/// The partition key of a job's reference items in `shard`. Pure.
+pub fn partition_of(job_key: &str, shard: u8) -> String {
+    format!("{job_key}#{shard}")
 }
 
 /// One object version, by name (not by bytes).
@@ -103,41 +164,27 @@ pub struct VersionRefs {
     pub etag: Option<String>,
     pub gen: u64,
     pub deleted: bool,
+    /// Its jobs have reference items (false on a row written before them).
+    pub ref_items: bool,
 }
 
 /// A change to one version's references: the row as it must become, and
-/// the job counts it moves. Applied as one transaction, conditioned on
-/// the row's `gen` as read (or its absence).
+/// the reference items it puts and deletes. Applied as one transaction,
+/// conditioned on the row's `gen` as read (or its absence).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefChange {
     /// The row's `gen` as read; `None`: the row must not exist yet.
     pub seen_gen: Option<u64>,
     pub next: VersionRefs,
-    /// Jobs gaining this version: `refs` + 1, only if `done` and counted.
+    /// Jobs gaining this version: their reference items are put.
     pub add: Vec<String>,
-    /// Jobs gaining this version that were done before references were
-    /// counted (no `refs`): `refs` = 1 and `refs_partial`, only if `done`
-    /// and still uncounted.
-    pub adopt: Vec<String>,
-    /// Jobs losing it: `refs` − 1 and `released_at_ms` set.
+    /// Jobs losing it: their reference items are deleted (conditioned on
+    /// existing when `exact`), after each job is marked ([`attr::FREE_MARK`]).
     pub remove: Vec<String>,
-}
-
-impl RefChange {
-    /// `job_key` moved between `add` and `adopt`, as its row turned out:
-    /// `counted` says whether it has `refs`. `false` when it is in neither.
-    pub fn count_as(&mut self, job_key: &str, counted: bool) -> bool {
-        let (from, to) = if counted {
-            (&mut self.adopt, &mut self.add)
-        } else {
-            (&mut self.add, &mut self.adopt)
-        };
-        let Some(at) = from.iter().position(|k| k == job_key) else {
-            return false;
-        };
-        to.push(from.remove(at));
-        true
-    }
+    /// The row as read had reference items: each deleted one must exist
+    /// (a missing one is a mismatch, reported). A row from before them
+    /// has none: its kept jobs are all in `add`.
+    pub exact: bool,
 }
 
 /// What S3 holds at an object version now, as a HEAD (and, for a delete
@@ -157,12 +204,8 @@ pub struct Keyed {
     /// The ETag of the bytes keyed (unquoted).
     pub etag: String,
     /// Every job the recipes that apply to those bytes key: the version's
-    /// wanted set, whatever happened to each job in this delivery.
+    /// references, referenced before any of them is claimed or reused.
     pub wanted: BTreeSet<String>,
-    /// The wanted jobs known done in this delivery (ran or reused): the
-    /// ones it may add. A wanted job that is not ready is kept if counted
-    /// already, and added by a later hint once it is done.
-    pub ready: BTreeSet<String>,
 }
 
 /// What a hint found and what it writes.
@@ -179,19 +222,21 @@ pub struct Plan {
 /// after `current` was read). `keyed`: a create's bytes and jobs; `None`
 /// for a delete (or any hint that keyed nothing). Pure.
 ///
-/// - Gone: every counted job is released and the row is a tombstone
+/// - Gone: every referenced job is released and the row is a tombstone
 ///   (written even when there was no row, so that a write planned on an
 ///   older HEAD, conditioned on no row, fails and looks again).
-/// - Holds the keyed bytes: the row counts `(counted ∩ wanted) ∪ (ready ∩
-///   wanted)`: a counted job stays while its bytes are there, whether or
-///   not it ran this time; a job of other bytes is released.
+/// - Holds the keyed bytes: the row references every wanted job, whatever
+///   happened to each in this delivery; a job of other bytes is released.
 /// - Holds other bytes than the ones keyed (or the hint keyed none): the
 ///   row is left alone when its ETag is the one S3 holds; otherwise its
 ///   jobs belong to bytes that are not there, and are released (the
 ///   holder's own create adds its jobs). A row without an ETag is left
-///   alone: nothing says which bytes it counts. With no row, a delete's
-///   hint writes nothing: the create that put the bytes back has a hint
-///   of its own.
+///   alone: nothing says which bytes it references. With no row, a
+///   delete's hint writes nothing: the create that put the bytes back has
+///   a hint of its own.
+///
+/// A row written before reference items (`ref_items` false) is brought
+/// over by its next write: every job it keeps gets its item.
 ///
 /// The null version's bytes can come back after they went (a re-upload of
 /// an unversioned key), so its row is always written, `gen` bumped even
@@ -204,9 +249,12 @@ pub fn reconcile(
     seen: &Seen,
     keyed: Option<&Keyed>,
 ) -> Plan {
-    let empty = VersionRefs::default();
+    let empty = VersionRefs {
+        ref_items: true,
+        ..VersionRefs::default()
+    };
     let row = current.unwrap_or(&empty);
-    let counted = if row.deleted {
+    let referenced = if row.deleted {
         BTreeSet::new()
     } else {
         row.job_keys.clone()
@@ -219,24 +267,18 @@ pub fn reconcile(
             },
             keyed.map(|_| "the version is gone"),
         ),
-        (Seen::Holds { etag }, Some(keyed)) if *etag == keyed.etag => {
-            let job_keys = counted
-                .iter()
-                .chain(keyed.ready.iter())
-                .filter(|job| keyed.wanted.contains(*job))
-                .cloned()
-                .collect();
-            let next = VersionRefs {
-                job_keys,
+        (Seen::Holds { etag }, Some(keyed)) if *etag == keyed.etag => (
+            VersionRefs {
+                job_keys: keyed.wanted.clone(),
                 etag: Some(etag.clone()),
                 ..VersionRefs::default()
-            };
-            (next, None)
-        }
+            },
+            None,
+        ),
         (Seen::Holds { etag }, keyed) => {
             let stale = keyed.map(|_| "the version holds other bytes now");
-            let holds_counted = row.etag.as_deref().is_none_or(|counted| counted == etag);
-            if row.deleted || holds_counted {
+            let holds_referenced = row.etag.as_deref().is_none_or(|held| held == etag);
+            if row.deleted || holds_referenced {
                 (
                     VersionRefs {
                         gen: 0,
@@ -249,17 +291,22 @@ pub fn reconcile(
             }
         }
     };
-    let add: Vec<String> = next.job_keys.difference(&counted).cloned().collect();
-    let remove: Vec<String> = counted.difference(&next.job_keys).cloned().collect();
+    // A row from before reference items has none: every job it keeps is
+    // put (a put of an item that exists changes nothing).
+    let add: Vec<String> = if row.ref_items {
+        next.job_keys.difference(&referenced).cloned().collect()
+    } else {
+        next.job_keys.iter().cloned().collect()
+    };
+    let remove: Vec<String> = referenced.difference(&next.job_keys).cloned().collect();
     if current.is_none() && keyed.is_none() && !next.deleted {
-        // A delete's hint finding the version there and no row: a later
-        // create put it back, and that create's own hint writes the row.
         return Plan {
             change: None,
             stale,
         };
     }
     let unchanged = current.is_some()
+        && row.ref_items
         && add.is_empty()
         && remove.is_empty()
         && next.etag == row.etag
@@ -268,11 +315,12 @@ pub fn reconcile(
         seen_gen: current.map(|r| r.gen),
         next: VersionRefs {
             gen: row.gen + 1,
+            ref_items: true,
             ..next
         },
         add,
-        adopt: Vec::new(),
         remove,
+        exact: row.ref_items,
     });
     Plan { change, stale }
 }
@@ -306,6 +354,7 @@ mod tests {
             etag: Some(etag.into()),
             gen,
             deleted: false,
+            ref_items: true,
         }
     }
 
@@ -313,11 +362,10 @@ mod tests {
         Seen::Holds { etag: etag.into() }
     }
 
-    fn keyed(etag: &str, wanted: &[&str], ready: &[&str]) -> Keyed {
+    fn keyed(etag: &str, wanted: &[&str]) -> Keyed {
         Keyed {
             etag: etag.into(),
             wanted: keys(wanted),
-            ready: keys(ready),
         }
     }
 
@@ -342,8 +390,8 @@ mod tests {
     }
 
     #[test]
-    fn a_first_create_adds_its_ready_jobs_once() {
-        let hint = keyed("e", &["J1", "J2"], &["J1", "J2"]);
+    fn a_first_create_adds_its_jobs_once() {
+        let hint = keyed("e", &["J1", "J2"]);
         let plan = reconcile(&versioned(), None, &holds("e"), Some(&hint));
         assert_eq!(plan.stale, None);
         let change = plan.change.clone().unwrap();
@@ -355,18 +403,18 @@ mod tests {
         let again = reconcile(&versioned(), Some(&now), &holds("e"), Some(&hint));
         assert_eq!(again.change, None);
         // A recipe added since: only its job.
-        let more = keyed("e", &["J1", "J2", "J3"], &["J3"]);
+        let more = keyed("e", &["J1", "J2", "J3"]);
         let plan = reconcile(&versioned(), Some(&now), &holds("e"), Some(&more));
         assert_eq!(moves(&plan), (vec!["J3".into()], vec![]));
         assert_eq!(plan.change.unwrap().seen_gen, Some(1));
     }
 
     #[test]
-    fn a_counted_job_stays_while_its_bytes_do_whatever_this_delivery_did() {
-        // Finding 2: the same bytes uploaded again while J2's claim was
-        // throttled (not ready this time).
+    fn every_wanted_job_stays_while_its_bytes_do() {
+        // Finding 2: the same bytes uploaded again; whatever happens to J2's
+        // claim this time, the version references both.
         let now = row(&["J1", "J2"], "e", 4);
-        let hint = keyed("e", &["J1", "J2"], &["J1"]);
+        let hint = keyed("e", &["J1", "J2"]);
         let plan = reconcile(&unversioned(), Some(&now), &holds("e"), Some(&hint));
         let change = plan.change.unwrap();
         assert!(change.add.is_empty() && change.remove.is_empty());
@@ -378,7 +426,7 @@ mod tests {
     #[test]
     fn an_overwrite_releases_the_old_bytes_jobs() {
         let old = row(&["OLD", "SHARED"], "a", 1);
-        let hint = keyed("b", &["NEW", "SHARED"], &["NEW", "SHARED"]);
+        let hint = keyed("b", &["NEW", "SHARED"]);
         let plan = reconcile(&unversioned(), Some(&old), &holds("b"), Some(&hint));
         assert_eq!(moves(&plan), (vec!["NEW".into()], vec!["OLD".into()]));
         let next = plan.change.unwrap().next;
@@ -391,7 +439,7 @@ mod tests {
         // Finding 1: a rebuild keyed A, the key holds B now and B's create
         // was recorded: the row stays B's.
         let b_row = row(&["B"], "b", 2);
-        let hint = keyed("a", &["A"], &["A"]);
+        let hint = keyed("a", &["A"]);
         let plan = reconcile(&unversioned(), Some(&b_row), &holds("b"), Some(&hint));
         assert!(plan.stale.is_some());
         let change = plan.change.unwrap();
@@ -419,7 +467,7 @@ mod tests {
             None
         );
         // A create handled after its version went: stale, nothing added.
-        let hint = keyed("e", &["J1"], &["J1"]);
+        let hint = keyed("e", &["J1"]);
         let late = reconcile(&versioned(), Some(&tomb), &Seen::Gone, Some(&hint));
         assert_eq!(late.stale, Some("the version is gone"));
         assert_eq!(late.change, None);
@@ -450,10 +498,57 @@ mod tests {
             .change
             .unwrap()
             .next;
-        let hint = keyed("e", &["J"], &["J"]);
+        let hint = keyed("e", &["J"]);
         let plan = reconcile(&unversioned(), Some(&tomb), &holds("e"), Some(&hint));
         assert_eq!(moves(&plan), (vec!["J".into()], vec![]));
         assert!(!plan.change.unwrap().next.deleted);
+    }
+
+    #[test]
+    fn a_row_from_before_reference_items_is_brought_over_by_its_next_write() {
+        let legacy = VersionRefs {
+            ref_items: false,
+            ..row(&["J1", "J2"], "e", 3)
+        };
+        // Its bytes still there: every kept job gets its item, nothing to
+        // delete exactly.
+        let hint = keyed("e", &["J1", "J2"]);
+        let plan = reconcile(&versioned(), Some(&legacy), &holds("e"), Some(&hint));
+        let change = plan.change.unwrap();
+        assert_eq!(change.add, vec!["J1".to_string(), "J2".to_string()]);
+        assert!(change.remove.is_empty() && !change.exact && change.next.ref_items);
+        // Gone: its jobs are released, their items deleted if any.
+        let plan = reconcile(&versioned(), Some(&legacy), &Seen::Gone, None);
+        let change = plan.change.unwrap();
+        assert_eq!(change.remove.len(), 2);
+        assert!(change.add.is_empty() && !change.exact);
+        // A row with items deletes exactly.
+        let plan = reconcile(&versioned(), Some(&row(&["J"], "e", 1)), &Seen::Gone, None);
+        assert!(plan.change.unwrap().exact);
+    }
+
+    #[test]
+    fn reference_items_spread_over_the_shards_stably() {
+        let mut seen = std::collections::BTreeSet::new();
+        for i in 0..200 {
+            let item = RefItem {
+                job_key: "J".into(),
+                version_row: VersionName {
+                    version_id: Some(format!("v{i}")),
+                    ..versioned()
+                }
+                .row_key(),
+            };
+            assert!(item.shard() < REF_SHARDS);
+            assert_eq!(item.partition(), format!("J#{}", item.shard()));
+            seen.insert(item.shard());
+        }
+        assert_eq!(seen.len(), usize::from(REF_SHARDS));
+        // Stable: the first byte of the SHA-256 of the row key, modulo 16.
+        assert_eq!(shard_of("version#abc"), {
+            let digest = sha256_hex(b"version#abc");
+            u8::from_str_radix(&digest[..2], 16).unwrap() % REF_SHARDS
+        });
     }
 
     #[test]
@@ -534,8 +629,7 @@ mod tests {
                                 S::Holds(e) => Some(e),
                                 S::Gone => None,
                             };
-                            let k =
-                                bytes.map(|e| keyed(e, &[&format!("J-{e}")], &[&format!("J-{e}")]));
+                            let k = bytes.map(|e| keyed(e, &[&format!("J-{e}")]));
                             let plan =
                                 reconcile(&unversioned(), read.as_ref(), &seen(head), k.as_ref());
                             match plan.change {

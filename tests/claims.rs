@@ -47,9 +47,10 @@ async fn seed(
         // A failed row has failed once.
         failures: u64::from(status == JobStatus::Failed),
         permanent: false,
-        refs: None,
+        ref_items: true,
+        free_mark: None,
         released_at_ms: None,
-        refs_partial: false,
+        deletes_started_at_ms: None,
         collect_failures: 0,
         collect_retry_at_ms: None,
     };
@@ -73,7 +74,11 @@ async fn a_live_lease_elsewhere_is_busy_and_leaves_the_row_untouched() {
         Some(failures[0].item_identifier.clone()),
         message.message_id
     );
-    assert_eq!(p.ledger_calls.get() - calls_before, 1, "busy: one claim");
+    assert_eq!(
+        p.ledger_calls.get() - calls_before,
+        2,
+        "busy: the reference, then the claim's read (no write to the job)"
+    );
     assert_eq!(p.counted.runs(), 0);
     assert_eq!(p.row(&key).await.unwrap(), seeded);
 }
@@ -288,8 +293,8 @@ async fn a_job_that_failed_max_attempts_times_is_poisoned_until_retried() {
     assert_eq!(report.response().batch_item_failures.len(), 1, "to the DLQ");
     assert_eq!(
         p.ledger_calls.get() - calls_before,
-        1,
-        "poisoned: one claim, no work"
+        2,
+        "poisoned: the reference and the claim's read, no work"
     );
     assert_eq!(p.counted.runs(), 0);
     assert_eq!(p.row(&key).await.unwrap(), seeded);

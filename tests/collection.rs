@@ -14,10 +14,12 @@ use common::{Options, Pipeline};
 use mediaonce::config::{Config, ENV_GC_GRACE_SECS};
 use mediaonce::faults::{Call, FaultPlan};
 use mediaonce::handler::collect::{Collected, Sweep};
-use mediaonce::handler::{handle_batch, App, BatchReport, Invocation, Outcome, COLLECT_LEASE};
+use mediaonce::handler::{
+    handle_batch, App, BatchReport, Invocation, Outcome, COLLECT_LEASE, MARK_SETTLE_MS,
+};
 use mediaonce::key::{job_key, sha256_hex};
 use mediaonce::lease::Clock;
-use mediaonce::ledger::faults::FaultyTable;
+use mediaonce::ledger::faults::{FaultyTable, Pause};
 use mediaonce::ledger::memory::InMemoryTable;
 use mediaonce::ledger::{JobRow, JobStatus, Ledger};
 use mediaonce::queue::{Queue, RecordingQueue};
@@ -54,6 +56,12 @@ struct World {
 }
 
 fn world(grace_secs: u64) -> World {
+    world_holding(grace_secs, None).0
+}
+
+/// A world whose ledger holds the first `held` call until the test lets it
+/// go.
+fn world_holding(grace_secs: u64, held: Option<(Call, usize)>) -> (World, Option<Arc<Pause>>) {
     let steps = StepRegistry::builtin();
     let vars = HashMap::from([
         ("MEDIAONCE_TABLE", "jobs".to_string()),
@@ -64,20 +72,27 @@ fn world(grace_secs: u64) -> World {
     let objects = InMemoryObjects::new();
     let faults = Arc::new(FaultPlan::new());
     let clock = TestClock(Arc::new(AtomicU64::new(1_000_000)));
+    let mut table = FaultyTable::new(InMemoryTable::new("jobs"), faults.clone());
+    let mut pause = None;
+    if let Some((call, nth)) = held {
+        let (paused, held) = table.pause_before(call, nth);
+        (table, pause) = (paused, Some(held));
+    }
     let app = App::new(
         config,
-        Ledger::new(FaultyTable::new(InMemoryTable::new("jobs"), faults.clone())),
+        Ledger::new(table),
         ObjectStore::new(FaultyObjects::new(objects.clone(), faults.clone())),
         Queue::new(Arc::new(RecordingQueue::default())),
     )
     .with_clock(clock.clone());
-    World {
+    let world = World {
         app: Arc::new(app),
         objects,
         clock,
         faults,
         next_id: AtomicU64::new(0),
-    }
+    };
+    (world, pause)
 }
 
 impl World {
@@ -86,6 +101,12 @@ impl World {
     }
 
     async fn event(&self, name: &str, key: &str) -> BatchReport {
+        let (event, invocation) = self.notification(name, key);
+        handle_batch(self.app.clone(), event, invocation).await
+    }
+
+    /// A notification of `key`, with a sequencer newer than any before.
+    fn notification(&self, name: &str, key: &str) -> (SqsEvent, Invocation) {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let body = serde_json::json!({"Records": [{
             "eventName": name,
@@ -100,7 +121,7 @@ impl World {
             request_id: format!("r{id}"),
             deadline_ms: None,
         };
-        handle_batch(self.app.clone(), event, invocation).await
+        (event, invocation)
     }
 
     async fn upload(&self, key: &str) -> BatchReport {
@@ -118,13 +139,11 @@ impl World {
             .keys("out", &format!("derived/{}/", self.key()))
     }
 
+    /// The job's status and how many versions reference it.
     async fn status(&self) -> Option<(JobStatus, Option<u64>)> {
-        self.app
-            .ledger
-            .get(&self.key())
-            .await
-            .unwrap()
-            .map(|row| (row.status, row.refs))
+        let row = self.app.ledger.get(&self.key()).await.unwrap()?;
+        let refs = self.app.ledger.references(&self.key()).await.unwrap();
+        Some((row.status, Some(refs.len() as u64)))
     }
 }
 
@@ -173,12 +192,96 @@ async fn a_reference_between_the_last_release_and_the_collection_keeps_everythin
     w.upload("a.bin").await;
     w.remove("a.bin").await;
     w.clock.advance_ms(GRACE_SECS * 1_000);
-    // Due now, but another upload of the bytes arrives first.
+    // Due now, but another upload of the bytes arrives first: the
+    // collection finds its reference and gives the job back.
     assert_eq!(outcomes(&w.upload("b.bin").await), [Outcome::Reused]);
     let collected = w.app.collect(&w.key()).await.unwrap();
-    assert!(collected.outcome.starts_with("not due"), "{collected:?}");
+    assert_eq!(collected.outcome, "referenced: kept", "{collected:?}");
     assert!(!w.outputs().is_empty());
     assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))));
+}
+
+#[tokio::test]
+async fn an_upload_between_the_collectors_mark_and_its_read_keeps_the_outputs() {
+    // The collector has taken the row (`collecting`) and is held before it
+    // reads the references.
+    let (w, pause) = world_holding(GRACE_SECS, Some((Call::QueryRefs, 0)));
+    let pause = pause.unwrap();
+    w.upload("a.bin").await;
+    w.remove("a.bin").await;
+    w.clock.advance_ms(GRACE_SECS * 1_000);
+    let app = w.app.clone();
+    let sweep = tokio::spawn(async move { app.collect_due(false).await });
+    pause.reached().await;
+    assert_eq!(w.status().await.map(|s| s.0), Some(JobStatus::Collecting));
+
+    // The adder writes its reference first, then reads the row: it sees
+    // the collection and its message comes back.
+    let report = w.upload("b.bin").await;
+    assert_eq!(outcomes(&report), [Outcome::Busy], "{report:?}");
+    assert_eq!(w.status().await, Some((JobStatus::Collecting, Some(1))));
+
+    // The collector's read comes after the reference: it keeps the job.
+    pause.resume();
+    let collected = swept(sweep.await.unwrap().unwrap());
+    assert_eq!(collected.len(), 1);
+    assert_eq!(collected[0].outcome, "referenced: kept", "{collected:?}");
+    assert!(collected[0].deleted.is_empty());
+    assert!(!w.outputs().is_empty());
+    assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))));
+
+    // The message comes back and reuses the outputs. The release's mark
+    // stays until it has settled: sweeps look again and keep the job, and
+    // the first after the settle time clears the mark for good.
+    let report = w.event("ObjectCreated:Put", "b.bin").await;
+    assert_eq!(outcomes(&report), [Outcome::Reused], "{report:?}");
+    w.clock.advance_ms(MARK_SETTLE_MS);
+    let collected = swept(w.app.collect_due(false).await.unwrap());
+    assert_eq!(collected[0].outcome, "referenced: kept", "{collected:?}");
+    assert_eq!(
+        w.app.ledger.get(&w.key()).await.unwrap().unwrap().free_mark,
+        None
+    );
+    w.clock.advance_ms(MARK_SETTLE_MS);
+    assert!(swept(w.app.collect_due(false).await.unwrap()).is_empty());
+    assert!(!w.outputs().is_empty());
+}
+
+#[tokio::test]
+async fn a_release_whose_mark_the_collector_saw_young_is_still_collected() {
+    // Two uploads of the bytes (two reference transactions), the first
+    // removed (the third); the second removal marks the job and is held
+    // before its transaction deletes the last reference item.
+    let (w, pause) = world_holding(GRACE_SECS, Some((Call::ChangeRefs, 3)));
+    let pause = pause.unwrap();
+    w.upload("a.bin").await;
+    w.upload("b.bin").await;
+    w.remove("a.bin").await;
+    w.objects.remove("in", "b.bin");
+    let app = w.app.clone();
+    let (event, invocation) = w.notification("ObjectRemoved:Delete", "b.bin");
+    let release = tokio::spawn(handle_batch(app, event, invocation));
+    pause.reached().await;
+    let marked = w.app.ledger.get(&w.key()).await.unwrap().unwrap();
+    assert!(marked.free_mark.is_some());
+
+    // A sweep after the grace finds the reference still there: kept, and
+    // the mark (younger than the settle time) stays for the next sweep.
+    w.clock.advance_ms(GRACE_SECS * 1_000);
+    let collected = swept(w.app.collect_due(false).await.unwrap());
+    assert_eq!(collected.len(), 1);
+    assert_eq!(collected[0].outcome, "referenced: kept", "{collected:?}");
+    let kept = w.app.ledger.get(&w.key()).await.unwrap().unwrap();
+    assert_eq!(kept.status, JobStatus::Done);
+    assert_eq!(kept.free_mark, marked.free_mark);
+
+    // The release deletes the last reference; the job is collected (by the
+    // release itself, the grace having passed, or by the next sweep).
+    pause.resume();
+    release.await.unwrap();
+    swept(w.app.collect_due(false).await.unwrap());
+    assert!(w.outputs().is_empty());
+    assert_eq!(w.status().await, None);
 }
 
 #[tokio::test]
@@ -206,7 +309,12 @@ async fn a_reference_during_the_deletes_waits_then_runs_the_job_again() {
     assert_eq!(outcomes(&report), [Outcome::Ran], "{report:?}");
     assert!(!w.outputs().is_empty());
     assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))));
-    assert!(swept(w.app.collect_due(false).await.unwrap()).is_empty());
+    let swept = swept(w.app.collect_due(false).await.unwrap());
+    assert!(
+        swept.iter().all(|c| c.outcome == "referenced: kept"),
+        "{swept:?}"
+    );
+    assert!(!w.outputs().is_empty());
 }
 
 #[tokio::test]
@@ -252,13 +360,10 @@ async fn a_referenced_job_is_never_collected_and_nothing_else_is_touched() {
         b"x",
         false,
     );
-    assert!(w
-        .app
-        .collect(&w.key())
-        .await
-        .unwrap()
-        .outcome
-        .starts_with("not due"));
+    assert_eq!(
+        w.app.collect(&w.key()).await.unwrap().outcome,
+        "referenced: kept"
+    );
     w.remove("a.bin").await;
     assert_eq!(w.status().await, None, "collected at once with no grace");
     let mut left = w.objects.keys("out", "derived/");
@@ -284,7 +389,7 @@ async fn on_the_emulators_the_last_delete_collects_and_an_upload_brings_it_back(
     p.handle(p.receive(2).await).await;
     let key = job_key(&sha256_hex(BYTES), &p.app.config.recipes[0].recipe_hash);
     let prefix = format!("derived/{key}/");
-    assert_eq!(p.row(&key).await.unwrap().refs, Some(2));
+    assert_eq!(p.refs(&key).await, 2);
 
     for name in ["one.bin", "two.bin"] {
         p.s3.delete_object()
@@ -303,7 +408,7 @@ async fn on_the_emulators_the_last_delete_collects_and_an_upload_brings_it_back(
     let report = p.handle(p.receive(1).await).await;
     assert_eq!(report.count(Outcome::Ran), 1, "{report:?}");
     assert!(!p.output_keys(&prefix).await.is_empty());
-    assert_eq!(p.row(&key).await.unwrap().refs, Some(1));
+    assert_eq!(p.refs(&key).await, 1);
 }
 
 #[tokio::test]
@@ -430,9 +535,10 @@ fn due_row(job_key: &str, output_prefix: String) -> JobRow {
         updated_at_ms: 1,
         failures: 0,
         permanent: false,
-        refs: Some(0),
+        ref_items: true,
+        free_mark: Some("released".into()),
         released_at_ms: Some(1),
-        refs_partial: false,
+        deletes_started_at_ms: None,
         collect_failures: 0,
         collect_retry_at_ms: None,
     }

@@ -37,9 +37,10 @@ fn row(key: &str, owner: &str, status: JobStatus, lease_until_ms: u64) -> JobRow
         updated_at_ms: 1_000,
         failures: 0,
         permanent: false,
-        refs: None,
+        ref_items: true,
+        free_mark: None,
         released_at_ms: None,
-        refs_partial: false,
+        deletes_started_at_ms: None,
         collect_failures: 0,
         collect_retry_at_ms: None,
     }
@@ -208,7 +209,8 @@ async fn ledger_contract(table: impl LedgerTable) {
         Conditional::Rejected(None)
     );
 
-    // Done removes the error, and starts the time unreferenced.
+    // Done removes the error, and marks the job for the sweep (its
+    // owner's token, now).
     table
         .put_new(&row("d", "a/1", JobStatus::Running, 2_000))
         .await
@@ -222,6 +224,7 @@ async fn ledger_contract(table: impl LedgerTable) {
         (done.status, done.error, done.released_at_ms),
         (JobStatus::Done, None, Some(4_000))
     );
+    assert_eq!(done.free_mark.as_deref(), Some("a/1"));
     assert!(matches!(
         table.reset_attempts("d", 5_000).await.unwrap(),
         Conditional::Rejected(Some(_))
@@ -253,7 +256,8 @@ async fn ledger_contract(table: impl LedgerTable) {
 
     hash_cache_contract(&table).await;
     references_contract(&table).await;
-    adoption_contract(&table).await;
+    collection_contract(&table).await;
+    legacy_contract(&table).await;
     abandoned_contract(&table).await;
 }
 
@@ -326,8 +330,7 @@ async fn abandoned_contract(table: &impl LedgerTable) {
     }
 }
 
-/// The write of a create whose bytes (ETag `etag`) S3 holds, every job
-/// ready.
+/// The write of a create whose bytes (ETag `etag`) S3 holds.
 fn created(
     version: &VersionName,
     current: Option<&references::VersionRefs>,
@@ -337,7 +340,6 @@ fn created(
     let keyed = references::Keyed {
         etag: etag.into(),
         wanted: wanted.clone(),
-        ready: wanted.clone(),
     };
     let seen = references::Seen::Holds { etag: etag.into() };
     references::reconcile(version, current, &seen, Some(&keyed))
@@ -352,67 +354,22 @@ fn deleted(version: &VersionName, current: Option<&references::VersionRefs>) -> 
         .expect("a write")
 }
 
-/// Rows done before references were counted: a reference adopts one
-/// (`refs` 1, partial), later ones add to it, a partial count is never
-/// collected, and a seal makes counts complete (an uncounted row: 0,
-/// its grace starting at the seal).
-async fn adoption_contract(table: &impl LedgerTable) {
-    let legacy = |key: &str| row(key, "w/1", JobStatus::Done, 0);
-    table.put_new(&legacy("adopt-a")).await.unwrap();
-    table.put_new(&legacy("adopt-orphan")).await.unwrap();
-    let version = |key: &str| VersionName {
-        bucket: "in".into(),
-        key: key.into(),
-        version_id: None,
+/// Rows done before reference items: never due; a seal gives each
+/// `ref_items` and a mark (due after the grace from the seal), once.
+async fn legacy_contract(table: &impl LedgerTable) {
+    let legacy = |key: &str| JobRow {
+        ref_items: false,
+        free_mark: Some("old".into()),
+        released_at_ms: Some(0),
+        ..row(key, "w/1", JobStatus::Done, 0)
     };
-    let wanted: BTreeSet<String> = ["adopt-a".to_string()].into();
-    let (one, two) = (version("adopt/1.jpg"), version("adopt/2.jpg"));
-
-    // As a counted job, it refuses; adopted, it counts from 1.
-    let mut change = created(&one, None, &wanted, "e");
-    let RefWrite::Cancelled { refused, .. } = table.change_refs(&one, &change, 20).await.unwrap()
-    else {
-        panic!("an uncounted row cannot be added to");
-    };
-    assert_eq!(refused.len(), 1);
-    assert!(change.count_as("adopt-a", false));
-    assert_eq!(
-        table.change_refs(&one, &change, 21).await.unwrap(),
-        RefWrite::Applied
-    );
-    let a = table.get("adopt-a").await.unwrap().unwrap();
-    assert_eq!((a.refs, a.refs_partial), (Some(1), true));
-    // Adopted once: a second adoption refuses, an addition counts.
-    let mut again = created(&two, None, &wanted, "e");
-    again.count_as("adopt-a", false);
-    let RefWrite::Cancelled { refused, .. } = table.change_refs(&two, &again, 22).await.unwrap()
-    else {
-        panic!("a counted row cannot be adopted");
-    };
-    assert_eq!(refused[0].1.as_ref().unwrap().refs, Some(1));
-    again.count_as("adopt-a", true);
-    assert_eq!(
-        table.change_refs(&two, &again, 23).await.unwrap(),
-        RefWrite::Applied
-    );
-    assert_eq!(table.get("adopt-a").await.unwrap().unwrap().refs, Some(2));
-
-    // Both released: 0, but partial, so never due.
-    for name in [&one, &two] {
-        let current = table.get_version_refs(name).await.unwrap();
-        let delete = deleted(name, current.as_ref());
-        assert_eq!(
-            table.change_refs(name, &delete, 30).await.unwrap(),
-            RefWrite::Applied
-        );
-    }
-    let a = table.get("adopt-a").await.unwrap().unwrap();
-    assert_eq!((a.refs, a.refs_partial), (Some(0), true));
-    let adopted = |rows: Vec<JobRow>| -> Vec<String> {
+    table.put_new(&legacy("legacy-a")).await.unwrap();
+    table.put_new(&legacy("legacy-b")).await.unwrap();
+    let legacy_keys = |rows: Vec<JobRow>| -> Vec<String> {
         let mut keys: Vec<String> = rows
             .into_iter()
             .map(|r| r.job_key)
-            .filter(|k| k.starts_with("adopt-"))
+            .filter(|k| k.starts_with("legacy-"))
             .collect();
         keys.sort();
         keys
@@ -423,7 +380,7 @@ async fn adoption_contract(table: &impl LedgerTable) {
         max_attempts: 3,
     };
     let collect = CollectRequest {
-        job_key: "adopt-a".into(),
+        job_key: "legacy-a".into(),
         owner: "gc/1".into(),
         lease_until_ms: 1_000_000,
         due,
@@ -432,55 +389,37 @@ async fn adoption_contract(table: &impl LedgerTable) {
         table.begin_collect(&collect).await.unwrap(),
         Conditional::Rejected(Some(_))
     ));
-    assert!(adopted(table.scan_collectable(&due, None).await.unwrap().0).is_empty());
-
-    // The seal: the partial count is complete, the orphan counted at 0.
+    assert!(legacy_keys(table.scan_collectable(&due, None).await.unwrap().0).is_empty());
     let unsealed = table.scan_unsealed(None).await.unwrap().0;
-    assert_eq!(adopted(unsealed.clone()), ["adopt-a", "adopt-orphan"]);
-    for row in unsealed.iter().filter(|r| r.job_key.starts_with("adopt-")) {
+    assert_eq!(legacy_keys(unsealed.clone()), ["legacy-a", "legacy-b"]);
+    for row in unsealed.iter().filter(|r| r.job_key.starts_with("legacy-")) {
         assert_eq!(
             table.seal_refs(row, 40).await.unwrap(),
             Conditional::Applied(())
         );
-        // Sealed once: the condition no longer holds.
         assert!(matches!(
             table.seal_refs(row, 41).await.unwrap(),
             Conditional::Rejected(Some(_))
         ));
     }
-    let orphan = table.get("adopt-orphan").await.unwrap().unwrap();
+    let a = table.get("legacy-a").await.unwrap().unwrap();
+    assert!(a.ref_items);
+    assert_eq!(a.released_at_ms, Some(40));
     assert_eq!(
-        (orphan.refs, orphan.released_at_ms, orphan.refs_partial),
-        (Some(0), Some(40), false)
+        a.free_mark,
+        Some(mediaonce::ledger::seal_mark("legacy-a", 40))
     );
-    assert!(!table.get("adopt-a").await.unwrap().unwrap().refs_partial);
-    assert!(adopted(table.scan_unsealed(None).await.unwrap().0).is_empty());
+    assert!(legacy_keys(table.scan_unsealed(None).await.unwrap().0).is_empty());
     assert_eq!(
-        adopted(table.scan_collectable(&due, None).await.unwrap().0),
-        ["adopt-a", "adopt-orphan"]
+        legacy_keys(table.scan_collectable(&due, None).await.unwrap().0),
+        ["legacy-a", "legacy-b"]
     );
 }
 
-/// Reference transactions: all or nothing, conditioned on the version
-/// row's generation and on each job's state, with the reasons returned.
+/// Reference transactions: the version row and its reference items, all
+/// or nothing, conditioned on the row's generation and (exactly) on each
+/// deleted item existing, with the reasons returned; no job row in them.
 async fn references_contract(table: &impl LedgerTable) {
-    let done = |key: &str, refs: Option<u64>| JobRow {
-        refs,
-        ..row(key, "w/1", JobStatus::Done, 0)
-    };
-    assert_eq!(
-        table.put_new(&done("ref-a", Some(0))).await.unwrap(),
-        Conditional::Applied(())
-    );
-    table.put_new(&done("ref-b", Some(0))).await.unwrap();
-    table.put_new(&done("ref-legacy", None)).await.unwrap();
-    table
-        .put_new(&JobRow {
-            refs: Some(0),
-            ..row("ref-running", "w/2", JobStatus::Running, 99_000)
-        })
-        .await
-        .unwrap();
     let version = VersionName {
         bucket: "in".into(),
         key: "photos/a b.jpg".into(),
@@ -488,6 +427,7 @@ async fn references_contract(table: &impl LedgerTable) {
     };
     let wanted: BTreeSet<String> = ["ref-a".to_string(), "ref-b".to_string()].into();
     let create = created(&version, None, &wanted, "e1");
+    assert!(create.exact && create.next.ref_items);
     assert_eq!(table.get_version_refs(&version).await.unwrap(), None);
     assert_eq!(
         table.change_refs(&version, &create, 10).await.unwrap(),
@@ -495,50 +435,48 @@ async fn references_contract(table: &impl LedgerTable) {
     );
     let stored = table.get_version_refs(&version).await.unwrap().unwrap();
     assert_eq!(stored, create.next);
-    assert_eq!(table.get("ref-a").await.unwrap().unwrap().refs, Some(1));
+    let refs_of = |job: &'static str| async move {
+        let mut found = Vec::new();
+        for shard in 0..references::REF_SHARDS {
+            found.extend(table.query_refs(job, shard, None, None).await.unwrap().0);
+        }
+        found
+    };
+    assert_eq!(refs_of("ref-a").await, [version.row_key()]);
+    assert_eq!(refs_of("ref-b").await, [version.row_key()]);
+    // No job row was needed, and none was written.
+    assert_eq!(table.get("ref-a").await.unwrap(), None);
     // The same change again: the row exists, nothing is written twice.
     assert_eq!(
         table.change_refs(&version, &create, 11).await.unwrap(),
         RefWrite::Cancelled {
             version: Some(Some(stored.clone())),
-            refused: vec![],
+            missing: vec![],
         }
     );
-    assert_eq!(table.get("ref-b").await.unwrap().unwrap().refs, Some(1));
-
-    // Jobs that are not done and counted refuse, with their row; nothing
-    // of the transaction is written.
+    // A second version of the same job: its own item, in its own shard.
     let other = VersionName {
         key: "other.jpg".into(),
         ..version.clone()
     };
-    let keys: BTreeSet<String> = ["ref-a", "ref-running", "ref-legacy", "ref-missing"]
-        .iter()
-        .map(|k| k.to_string())
-        .collect();
-    let change = created(&other, None, &keys, "e2");
-    let RefWrite::Cancelled {
-        version: v,
-        refused,
-    } = table.change_refs(&other, &change, 12).await.unwrap()
-    else {
-        panic!("a running, a legacy and a missing job cannot gain a reference");
-    };
-    assert_eq!(v, None);
-    let refused: Vec<(String, Option<JobStatus>)> = refused
-        .into_iter()
-        .map(|(key, row)| (key, row.map(|r| r.status)))
-        .collect();
+    let just_a: BTreeSet<String> = ["ref-a".to_string()].into();
+    let change = created(&other, None, &just_a, "e2");
     assert_eq!(
-        refused,
-        [
-            ("ref-legacy".to_string(), Some(JobStatus::Done)),
-            ("ref-missing".to_string(), None),
-            ("ref-running".to_string(), Some(JobStatus::Running)),
-        ]
+        table.change_refs(&other, &change, 12).await.unwrap(),
+        RefWrite::Applied
     );
-    assert_eq!(table.get_version_refs(&other).await.unwrap(), None);
-    assert_eq!(table.get("ref-a").await.unwrap().unwrap().refs, Some(1));
+    let mut both = vec![version.row_key(), other.row_key()];
+    both.sort();
+    let mut found = refs_of("ref-a").await;
+    found.sort();
+    assert_eq!(found, both);
+    // A shard's Query pages: one item each, all of them by `next`.
+    let shard = references::shard_of(&other.row_key());
+    let (page, _) = table
+        .query_refs("ref-a", shard, Some(1), None)
+        .await
+        .unwrap();
+    assert_eq!(page.len(), 1);
 
     // A stale generation: refused with the row as it is.
     let stale = RefChange {
@@ -549,31 +487,182 @@ async fn references_contract(table: &impl LedgerTable) {
         table.change_refs(&version, &stale, 13).await.unwrap(),
         RefWrite::Cancelled {
             version: Some(Some(stored.clone())),
-            refused: vec![],
+            missing: vec![],
         }
     );
-    // The delete: both released, a tombstone left.
+    // The delete: both items gone, a tombstone left.
     let delete = deleted(&version, Some(&stored));
+    assert!(delete.exact);
     assert_eq!(
         table.change_refs(&version, &delete, 14).await.unwrap(),
         RefWrite::Applied
     );
-    let a = table.get("ref-a").await.unwrap().unwrap();
-    assert_eq!((a.refs, a.released_at_ms), (Some(0), Some(14)));
+    assert_eq!(refs_of("ref-a").await, [other.row_key()]);
+    assert!(refs_of("ref-b").await.is_empty());
     let tomb = table.get_version_refs(&version).await.unwrap().unwrap();
     assert!(tomb.deleted && tomb.job_keys.is_empty());
-    // A count never goes below zero.
+    // Deleting them again, exactly: each missing item is named, nothing
+    // is written.
     let again = RefChange {
         seen_gen: Some(tomb.gen),
         ..delete.clone()
     };
-    let RefWrite::Cancelled { refused, .. } =
-        table.change_refs(&version, &again, 15).await.unwrap()
+    let RefWrite::Cancelled {
+        version: v,
+        missing,
+    } = table.change_refs(&version, &again, 15).await.unwrap()
     else {
-        panic!("refs 0 cannot be released again");
+        panic!("a missing item cannot be deleted exactly");
     };
-    assert_eq!(refused.len(), 2);
-    assert_eq!(table.get("ref-b").await.unwrap().unwrap().refs, Some(0));
+    assert_eq!(v, None);
+    assert_eq!(missing, ["ref-a".to_string(), "ref-b".to_string()]);
+    assert_eq!(
+        table.get_version_refs(&version).await.unwrap(),
+        Some(tomb.clone())
+    );
+    // Not exactly (a row from before items): nothing to miss.
+    let lenient = RefChange {
+        exact: false,
+        ..again
+    };
+    assert_eq!(
+        table.change_refs(&version, &lenient, 16).await.unwrap(),
+        RefWrite::Applied
+    );
+}
+
+/// The collector's writes: the release's mark (on an existing row only),
+/// a collection given back as done (its mark cleared only when it is the
+/// one named), the record that deletes start.
+async fn collection_contract(table: &impl LedgerTable) {
+    assert_eq!(
+        table.mark_released("mark-none", "n1", 10).await.unwrap(),
+        Conditional::Rejected(None)
+    );
+    table
+        .put_new(&row("mark-a", "w/1", JobStatus::Done, 0))
+        .await
+        .unwrap();
+    assert_eq!(
+        table.mark_released("mark-a", "n1", 10).await.unwrap(),
+        Conditional::Applied(())
+    );
+    let marked = table.get("mark-a").await.unwrap().unwrap();
+    assert_eq!(
+        (marked.free_mark.as_deref(), marked.released_at_ms),
+        (Some("n1"), Some(10))
+    );
+    let due = CollectDue {
+        before_ms: 10,
+        now_ms: 20,
+        max_attempts: 3,
+    };
+    let collect = CollectRequest {
+        job_key: "mark-a".into(),
+        owner: "gc/1".into(),
+        lease_until_ms: 1_000,
+        due,
+    };
+    let Conditional::Applied(begun) = table.begin_collect(&collect).await.unwrap() else {
+        panic!("a marked done row is due");
+    };
+    assert_eq!(
+        (begun.status, begun.free_mark.as_deref()),
+        (JobStatus::Collecting, Some("n1"))
+    );
+    // A release marks it again meanwhile: the collector's clear of n1 is
+    // refused, its plain give-back is not, and n2 stays.
+    table.mark_released("mark-a", "n2", 21).await.unwrap();
+    assert!(matches!(
+        table
+            .keep_collected("mark-a", "gc/1", Some("n1"), 22)
+            .await
+            .unwrap(),
+        Conditional::Rejected(Some(_))
+    ));
+    assert!(matches!(
+        table
+            .keep_collected("mark-a", "gc/other", None, 22)
+            .await
+            .unwrap(),
+        Conditional::Rejected(Some(_))
+    ));
+    assert_eq!(
+        table
+            .keep_collected("mark-a", "gc/1", None, 22)
+            .await
+            .unwrap(),
+        Conditional::Applied(())
+    );
+    let kept = table.get("mark-a").await.unwrap().unwrap();
+    assert_eq!(
+        (kept.status, kept.free_mark.as_deref()),
+        (JobStatus::Done, Some("n2"))
+    );
+    // Collected again, the mark named: cleared.
+    let later = CollectRequest {
+        owner: "gc/2".into(),
+        due: CollectDue {
+            before_ms: 21,
+            now_ms: 30,
+            max_attempts: 3,
+        },
+        ..collect.clone()
+    };
+    assert!(matches!(
+        table.begin_collect(&later).await.unwrap(),
+        Conditional::Applied(_)
+    ));
+    assert_eq!(
+        table
+            .keep_collected("mark-a", "gc/2", Some("n2"), 31)
+            .await
+            .unwrap(),
+        Conditional::Applied(())
+    );
+    let cleared = table.get("mark-a").await.unwrap().unwrap();
+    assert_eq!((cleared.status, cleared.free_mark), (JobStatus::Done, None));
+    // Without a mark, never due.
+    assert!(matches!(
+        table.begin_collect(&later).await.unwrap(),
+        Conditional::Rejected(Some(_))
+    ));
+    // Deletes start: only the collection's owner records it.
+    table.mark_released("mark-a", "n3", 32).await.unwrap();
+    let last = CollectRequest {
+        owner: "gc/3".into(),
+        due: CollectDue {
+            before_ms: 40,
+            now_ms: 40,
+            max_attempts: 3,
+        },
+        ..collect
+    };
+    assert!(matches!(
+        table.begin_collect(&last).await.unwrap(),
+        Conditional::Applied(_)
+    ));
+    assert!(matches!(
+        table.start_deletes("mark-a", "gc/2", 41).await.unwrap(),
+        Conditional::Rejected(Some(_))
+    ));
+    assert_eq!(
+        table.start_deletes("mark-a", "gc/3", 41).await.unwrap(),
+        Conditional::Applied(())
+    );
+    assert_eq!(
+        table
+            .get("mark-a")
+            .await
+            .unwrap()
+            .unwrap()
+            .deletes_started_at_ms,
+        Some(41)
+    );
+    assert_eq!(
+        table.end_collect("mark-a", "gc/3").await.unwrap(),
+        Conditional::Applied(())
+    );
 }
 
 /// The hash cache rows that share the table: one per object version, a

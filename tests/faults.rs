@@ -122,9 +122,10 @@ async fn a_5xx_on_takeover_comes_back_then_takes_over() {
         updated_at_ms: now_ms() - 100_000,
         failures: 0,
         permanent: false,
-        refs: None,
+        ref_items: true,
+        free_mark: None,
         released_at_ms: None,
-        refs_partial: false,
+        deletes_started_at_ms: None,
         collect_failures: 0,
         collect_retry_at_ms: None,
     };

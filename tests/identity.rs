@@ -125,8 +125,9 @@ async fn multipart_uploads_of_the_same_bytes_share_one_job() {
     let messages = p.receive(1).await;
     let calls = p.ledger_calls.get();
     let report = p.handle(messages).await;
-    // Cache GetItem (a miss) and PutItem, claim, finish, reference.
-    assert_eq!(p.ledger_calls.get() - calls, 5);
+    // Cache GetItem (a miss) and PutItem, reference, the claim's read and
+    // put, finish.
+    assert_eq!(p.ledger_calls.get() - calls, 6);
     let job = only_job(&report);
     assert_eq!(job.outcome, Outcome::Ran, "{report:?}");
     assert_eq!(job.input_hash_source, Some(FingerprintSource::Computed));
@@ -146,8 +147,8 @@ async fn multipart_uploads_of_the_same_bytes_share_one_job() {
     assert_eq!(job.input_hash_source, Some(FingerprintSource::Computed));
     assert_eq!(job.job_key, key_of(&p, &bytes));
     // The new object was read once (to hash it), and no step ran on it:
-    // the cache's GetItem (a miss) and PutItem, the refused claim, and the
-    // new version's reference.
+    // the cache's GetItem (a miss) and PutItem, the new version's
+    // reference, and the claim's read (done: reused, no write to the job).
     assert_eq!(p.reads.whole.load(Ordering::SeqCst) - reads_before, 1);
     assert_eq!(p.ledger_calls.get() - calls_before, 4);
     let manifest = p
@@ -200,7 +201,7 @@ async fn a_plain_put_and_a_checksummed_put_of_the_same_bytes_are_one_job() {
 }
 
 #[tokio::test]
-async fn a_redelivered_hashed_version_reads_no_bytes_and_makes_two_table_calls() {
+async fn a_redelivered_hashed_version_reads_no_bytes_and_writes_nothing() {
     let p = Pipeline::new(Options {
         recipes: Some(THUMBNAIL.into()),
         versioned: true,
@@ -233,10 +234,9 @@ async fn a_redelivered_hashed_version_reads_no_bytes_and_makes_two_table_calls()
         ranged,
         "no ranged GET"
     );
-    // The cache's GetItem, and the reference transaction tried first for a
-    // version seen before: refused, since the version references the job
-    // already and the job is done. No claim.
-    assert_eq!(p.ledger_calls.get() - calls, 2);
+    // The cache's GetItem, the version row's (it references the job
+    // already: no write), and the claim's read (done: reused).
+    assert_eq!(p.ledger_calls.get() - calls, 3);
 }
 
 #[tokio::test]
@@ -283,8 +283,8 @@ async fn a_plain_probe_in_auto_keys_by_version_and_etag_without_a_whole_read() {
     let messages = p.receive(1).await;
     let calls = p.ledger_calls.get();
     let report = p.handle(messages).await;
-    // Cache GetItem (a miss), claim, finish, reference.
-    assert_eq!(p.ledger_calls.get() - calls, 4);
+    // Cache GetItem (a miss), reference, the claim's read and put, finish.
+    assert_eq!(p.ledger_calls.get() - calls, 5);
     let job = only_job(&report);
     assert_eq!(
         (job.outcome, job.input_hash_source),
@@ -350,8 +350,9 @@ async fn content_identity_hashes_a_ranged_only_job_without_keeping_the_bytes() {
     let messages = p.receive(1).await;
     let calls = p.ledger_calls.get();
     let report = p.handle(messages).await;
-    // Cache GetItem (a miss) and PutItem, claim, finish, reference.
-    assert_eq!(p.ledger_calls.get() - calls, 5);
+    // Cache GetItem (a miss) and PutItem, reference, the claim's read and
+    // put, finish.
+    assert_eq!(p.ledger_calls.get() - calls, 6);
     let job = only_job(&report);
     assert_eq!(
         (job.outcome, job.input_hash_source),

@@ -668,13 +668,18 @@ async fn lifecycle(versioned: bool) {
         p.counted.runs(),
     );
 
+    let ref_counts = p.ref_counts().await;
     for (key, refs) in &expected {
         let row = rows
             .get(key)
             .unwrap_or_else(|| panic!("job {key} of a live version has no row"));
         assert_eq!(row.status, JobStatus::Done, "{row:?}");
-        assert_eq!(row.refs, Some(*refs), "refs of {key}: {row:?}");
-        assert!(!row.refs_partial);
+        assert_eq!(
+            ref_counts.get(key).copied().unwrap_or(0),
+            *refs,
+            "references of {key}: {row:?}"
+        );
+        assert!(row.ref_items);
         let files = p.output_keys(&format!("derived/{key}/")).await;
         assert!(
             files
@@ -684,6 +689,11 @@ async fn lifecycle(versioned: bool) {
         );
     }
     let live: BTreeSet<&String> = expected.keys().collect();
+    let referenced: BTreeSet<&String> = ref_counts.keys().collect();
+    assert_eq!(
+        referenced, live,
+        "reference items exist for exactly the jobs live versions use"
+    );
     let uncollected: Vec<&JobRow> = rows
         .values()
         .filter(|row| !live.contains(&row.job_key))

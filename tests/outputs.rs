@@ -115,7 +115,7 @@ async fn reprocess_twice_runs_once_and_a_new_version_runs_beside() {
     let (out, jobs) = reprocess(&p, &[&object]);
     assert!(out.status.success());
     assert_eq!(jobs[0]["outcome"], "reused");
-    assert_eq!(p.row(&key).await.unwrap().refs, Some(1));
+    assert_eq!(p.refs(&key).await, 1);
 
     let (out, jobs) = reprocess(
         &p,

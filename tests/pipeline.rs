@@ -36,8 +36,8 @@ async fn first_run_writes_outputs_and_a_done_row_then_a_duplicate_reuses_them() 
     assert!(failed_ids(&first).is_empty());
     assert_eq!(
         p.ledger_calls.get() - calls_before,
-        3,
-        "first run: claim + finish + the version's reference (one transaction)"
+        4,
+        "first run: the version's reference (one transaction), the claim's read and put, the finish"
     );
 
     // The input hash is the object's own SHA-256 (full-object checksum).
@@ -80,9 +80,9 @@ async fn first_run_writes_outputs_and_a_done_row_then_a_duplicate_reuses_them() 
     assert_eq!(manifest.outputs[0].sha256, sha256_hex(&probe_bytes));
 
     // The same message again (SQS redelivery): reused, three DynamoDB
-    // calls (the claim; the reference transaction refused with the row,
-    // already recorded; the row's `gen` moved on, as every hint of an
-    // unversioned key's null version does), job row untouched.
+    // calls (the reference transaction refused with the row, already
+    // recorded; the row's `gen` moved on, as every hint of an unversioned
+    // key's null version does; the claim's read), job row untouched.
     let calls_before = p.ledger_calls.get();
     let again = p.handle(messages).await;
     assert_eq!(outcomes(&again), vec![Outcome::Reused]);
@@ -90,7 +90,7 @@ async fn first_run_writes_outputs_and_a_done_row_then_a_duplicate_reuses_them() 
     assert_eq!(
         p.ledger_calls.get() - calls_before,
         3,
-        "duplicate: the claim, the refused reference and the null version's write"
+        "duplicate: the refused reference, the null version's write and the claim's read"
     );
     assert_eq!(p.row(&key).await.unwrap(), row);
 }
@@ -126,8 +126,9 @@ async fn identical_bytes_share_one_key_and_run_once() {
     assert!(failed_ids(&one_batch).is_empty());
     assert_eq!(
         q.ledger_calls.get() - calls_before,
-        4,
-        "one claim and one finish for the batch, and one reference per object"
+        6,
+        "one claim (read, put) and one finish for the batch, one reference per object, \
+         and the second object's read of the job after its reference"
     );
 }
 

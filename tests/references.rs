@@ -15,12 +15,12 @@ use aws_lambda_events::event::sqs::SqsMessage;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_s3::primitives::ByteStream;
 use common::{handle_before, Options, Pipeline};
-use mediaonce::config::{ENV_GC_GRACE_SECS, ENV_RELEASE_ON_DELETE_MARKER};
+use mediaonce::config::{default_refs_table, ENV_GC_GRACE_SECS, ENV_RELEASE_ON_DELETE_MARKER};
 use mediaonce::faults::{Call, FaultPlan};
 use mediaonce::fingerprint::{FingerprintSource, ObjectHead};
 use mediaonce::handler::{BatchReport, Outcome};
 use mediaonce::key::{job_key, sha256_hex};
-use mediaonce::references::VersionName;
+use mediaonce::references::{RefItem, VersionName};
 use mediaonce::store::s3::S3Objects;
 use mediaonce::store::{
     DeleteError, GetError, HeadError, ListError, ObjectClient, ObjectRef, ObjectStore, PutError,
@@ -45,9 +45,11 @@ fn key_of(p: &Pipeline, bytes: &[u8]) -> String {
     job_key(&sha256_hex(bytes), &p.app.config.recipes[0].recipe_hash)
 }
 
+/// The versions referencing the job (its reference items), and when it
+/// was last marked (its finish, or a release).
 async fn refs(p: &Pipeline, key: &str) -> (Option<u64>, Option<u64>) {
     let row = p.row(key).await.expect("the job's row");
-    (row.refs, row.released_at_ms)
+    (Some(p.refs(key).await), row.released_at_ms)
 }
 
 async fn delete(p: &Pipeline, key: &str, version_id: Option<&str>) {
@@ -194,10 +196,10 @@ async fn make_legacy(p: &Pipeline, job_keys: &[&str], versions: &[&str]) {
             .update_item()
             .table_name(&p.table)
             .key("job_key", AttributeValue::S(job_key.to_string()))
-            .update_expression("REMOVE refs, released_at_ms")
+            .update_expression("REMOVE ref_items, free_mark, released_at_ms")
             .send()
             .await
-            .expect("remove the count");
+            .expect("make the row older than reference items");
     }
     for key in versions {
         let version = VersionName {
@@ -212,6 +214,20 @@ async fn make_legacy(p: &Pipeline, job_keys: &[&str], versions: &[&str]) {
             .send()
             .await
             .expect("delete the version row");
+        for job_key in job_keys {
+            let item = RefItem {
+                job_key: job_key.to_string(),
+                version_row: version.row_key(),
+            };
+            p.dynamodb
+                .delete_item()
+                .table_name(default_refs_table(&p.table))
+                .key("job_shard", AttributeValue::S(item.partition()))
+                .key("version", AttributeValue::S(item.version_row.clone()))
+                .send()
+                .await
+                .expect("delete the reference item");
+        }
     }
 }
 
@@ -232,13 +248,15 @@ fn refs_cli(p: &Pipeline, args: &[&str]) -> (std::process::Output, Vec<Value>) {
     (out, lines)
 }
 
-async fn partial(p: &Pipeline, key: &str) -> (Option<u64>, bool) {
+/// The versions referencing the job, and whether its row is known to have
+/// every reference as an item (rows older than them do not).
+async fn partial(p: &Pipeline, key: &str) -> (u64, bool) {
     let row = p.row(key).await.expect("the job's row");
-    (row.refs, row.refs_partial)
+    (p.refs(key).await, row.ref_items)
 }
 
 #[tokio::test]
-async fn rows_older_than_the_count_are_adopted_rebuilt_sealed_then_collected() {
+async fn rows_older_than_reference_items_are_rebuilt_sealed_then_collected() {
     let p = pipeline(false, vec![(ENV_GC_GRACE_SECS, "0".into())]).await;
     const OTHER: &[u8] = b"bytes only one deleted object had";
     const THIRD: &[u8] = b"bytes uploaded without a checksum";
@@ -266,15 +284,16 @@ async fn rows_older_than_the_count_are_adopted_rebuilt_sealed_then_collected() {
     )
     .await;
 
-    // Deleted before any rebuild: nothing was counted, nothing released.
+    // Deleted before any rebuild: nothing was referenced, nothing released.
     delete(&p, "post-3/b.bin", None).await;
     handle_ok(&p, p.receive(1).await).await;
-    assert_eq!(partial(&p, &b).await, (None, false));
-    // A new upload of old bytes adopts the job: counted from 1, partial.
+    assert_eq!(partial(&p, &b).await, (0, false));
+    // A new upload of old bytes references the job; the row stays older
+    // than reference items (versions never listed may use it).
     p.put("post-4/a.bin", BYTES, true).await;
     let report = p.handle(p.receive(1).await).await;
     assert_eq!(report.count(Outcome::Reused), 1, "{report:?}");
-    assert_eq!(partial(&p, &a).await, (Some(1), true));
+    assert_eq!(partial(&p, &a).await, (1, false));
 
     // A dry run says what it would reference and writes nothing.
     let (out, lines) = refs_cli(&p, &["rebuild", &format!("s3://{}", p.bucket), "--dry-run"]);
@@ -284,8 +303,8 @@ async fn rows_older_than_the_count_are_adopted_rebuilt_sealed_then_collected() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(lines.len(), 4, "{lines:?}");
-    assert_eq!(partial(&p, &a).await, (Some(1), true));
-    // The rebuild: every listed version counted once, by the key it was
+    assert_eq!(partial(&p, &a).await, (1, false));
+    // The rebuild: every listed version referenced once, by the key it was
     // keyed by then (post-5's content key has no row); twice is once.
     for _ in 0..2 {
         let (out, lines) = refs_cli(&p, &["rebuild", &format!("s3://{}", p.bucket)]);
@@ -316,16 +335,17 @@ async fn rows_older_than_the_count_are_adopted_rebuilt_sealed_then_collected() {
                 (object("post-5/c.bin"), c.clone()),
             ]
         );
-        assert_eq!(partial(&p, &a).await, (Some(3), true));
-        assert_eq!(partial(&p, &c).await, (Some(1), true));
+        assert_eq!(partial(&p, &a).await, (3, false));
+        assert_eq!(partial(&p, &c).await, (1, false));
     }
 
-    // Every reference released: 0, but partial, so not collected.
+    // Every reference released: none left, but the row is older than
+    // reference items, so not collected.
     for key in ["post-1/a.bin", "post-2/a.bin", "post-4/a.bin"] {
         delete(&p, key, None).await;
     }
     handle_ok(&p, p.receive(3).await).await;
-    assert_eq!(partial(&p, &a).await, (Some(0), true));
+    assert_eq!(partial(&p, &a).await, (0, false));
     let sweep = p.app.collect_due(false).await.unwrap();
     assert!(
         sweep.collected.is_empty() && sweep.failures.is_empty(),
@@ -333,24 +353,26 @@ async fn rows_older_than_the_count_are_adopted_rebuilt_sealed_then_collected() {
     );
     assert!(!p.output_keys(&format!("derived/{a}/")).await.is_empty());
 
-    // The seal: counts complete; the orphan counted at 0.
+    // The seal: every older done row gets `ref_items` and a mark; the
+    // sweep then reads each one's references: a and b have none and are
+    // collected, c is referenced and kept.
     let (out, lines) = refs_cli(&p, &["seal"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut sealed: Vec<(String, u64)> = lines
+    let mut sealed: Vec<(String, bool)> = lines
         .iter()
         .map(|l| {
             (
                 l["job_key"].as_str().unwrap().to_string(),
-                l["refs"].as_u64().unwrap(),
+                l["sealed"].as_bool().unwrap(),
             )
         })
         .collect();
     sealed.sort();
-    let mut expected = vec![(a.clone(), 0), (b.clone(), 0), (c.clone(), 1)];
+    let mut expected = vec![(a.clone(), true), (b.clone(), true), (c.clone(), true)];
     expected.sort();
     assert_eq!(sealed, expected);
     let mut collected: Vec<String> = p
@@ -360,6 +382,7 @@ async fn rows_older_than_the_count_are_adopted_rebuilt_sealed_then_collected() {
         .unwrap()
         .collected
         .into_iter()
+        .filter(|c| c.outcome == "collected")
         .map(|c| c.job_key)
         .collect();
     collected.sort();
@@ -370,23 +393,24 @@ async fn rows_older_than_the_count_are_adopted_rebuilt_sealed_then_collected() {
         assert_eq!(p.row(key).await, None);
         assert!(p.output_keys(&format!("derived/{key}/")).await.is_empty());
     }
-    assert_eq!(partial(&p, &c).await, (Some(1), false));
+    assert_eq!(partial(&p, &c).await, (1, true));
+    assert!(!p.output_keys(&format!("derived/{c}/")).await.is_empty());
 }
 
-/// An object client that stops before its first PutObject (a job's first
-/// output) until the test lets it go: a hint caught after its HEAD and
-/// before its reference, while the test changes the object under it.
+/// An object client that stops after its first HeadObject until the test
+/// lets it go: a hint caught after the HEAD that keyed it and before its
+/// reference, while the test changes the object under it.
 #[derive(Debug, Clone)]
-struct PausedBeforePut {
+struct PausedAfterHead {
     inner: Arc<S3Objects>,
     reached: Arc<Notify>,
     resume: Arc<Notify>,
     passed: Arc<AtomicBool>,
 }
 
-impl PausedBeforePut {
+impl PausedAfterHead {
     fn new(p: &Pipeline) -> Self {
-        PausedBeforePut {
+        PausedAfterHead {
             inner: Arc::new(S3Objects::new(p.s3.clone())),
             reached: Arc::default(),
             resume: Arc::default(),
@@ -396,9 +420,14 @@ impl PausedBeforePut {
 }
 
 #[async_trait::async_trait]
-impl ObjectClient for PausedBeforePut {
+impl ObjectClient for PausedAfterHead {
     async fn head_object(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError> {
-        self.inner.head_object(object).await
+        let head = self.inner.head_object(object).await;
+        if !self.passed.swap(true, Ordering::SeqCst) {
+            self.reached.notify_one();
+            self.resume.notified().await;
+        }
+        head
     }
     async fn get_object(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
         self.inner.get_object(object).await
@@ -417,10 +446,6 @@ impl ObjectClient for PausedBeforePut {
         content_type: &str,
         body: ByteStream,
     ) -> Result<(), PutError> {
-        if !self.passed.swap(true, Ordering::SeqCst) {
-            self.reached.notify_one();
-            self.resume.notified().await;
-        }
         self.inner.put_object(bucket, key, content_type, body).await
     }
     async fn list_objects(
@@ -444,14 +469,14 @@ impl ObjectClient for PausedBeforePut {
     }
 }
 
-/// Handles `messages` in a worker that stops before its first output;
+/// Handles `messages` in a worker that stops after its first HEAD;
 /// once it has stopped, `meanwhile` runs; then the worker goes on.
 async fn caught<F: std::future::Future<Output = ()>>(
     p: &Pipeline,
     messages: Vec<SqsMessage>,
     meanwhile: F,
 ) -> BatchReport {
-    let store = PausedBeforePut::new(p);
+    let store = PausedAfterHead::new(p);
     let (reached, resume) = (store.reached.clone(), store.resume.clone());
     let worker = p.app_with_store(ObjectStore::new(store));
     let deadline = worker.now_ms() + 600_000;
@@ -478,7 +503,7 @@ async fn version_row(
 /// Findings 1 and 7: a hint that keyed bytes A, caught by an overwrite with
 /// B whose own create is recorded first, references nothing of A (the
 /// code before put A back on the key and released B), and reports its
-/// job skipped, not reused.
+/// job skipped: never claimed.
 #[tokio::test]
 async fn finding_1_a_hint_caught_by_an_overwrite_leaves_the_new_bytes_counted() {
     let p = pipeline(false, vec![]).await;
@@ -501,7 +526,8 @@ async fn finding_1_a_hint_caught_by_an_overwrite_leaves_the_new_bytes_counted() 
     assert!(report.response().batch_item_failures.is_empty());
     let (a, b) = (key_of(&p, b"bytes A"), key_of(&p, b"bytes B"));
     assert_eq!(refs(&p, &b).await.0, Some(1), "the key holds B");
-    assert_eq!(refs(&p, &a).await.0, Some(0), "nothing holds A");
+    assert_eq!(p.refs(&a).await, 0, "nothing holds A");
+    assert_eq!(p.row(&a).await, None, "A's job was never claimed");
     let row = version_row(&p, "race.bin", None).await.unwrap();
     assert_eq!(row.job_keys, [b].into(), "{row:?}");
 }
@@ -521,7 +547,8 @@ async fn finding_7_a_create_whose_version_went_meanwhile_is_skipped() {
     .await;
     let job = report.jobs().next().expect("a job");
     assert_eq!(job.outcome, Outcome::Skipped, "{report:?}");
-    assert_eq!(refs(&p, &key_of(&p, BYTES)).await.0, Some(0));
+    assert_eq!(p.refs(&key_of(&p, BYTES)).await, 0);
+    assert_eq!(p.row(&key_of(&p, BYTES)).await, None, "never claimed");
     let row = version_row(&p, "gone.bin", Some(&version_id))
         .await
         .unwrap();
@@ -596,7 +623,7 @@ async fn finding_2_an_identical_reupload_keeps_a_recipe_that_did_not_run() {
 
     p.put("twice.bin", BYTES, true).await;
     let faults = Arc::new(FaultPlan::new());
-    faults.fail_key(Call::PutRow, &two[40..], usize::MAX, "ThrottlingException");
+    faults.fail_key(Call::GetRow, &two[40..], usize::MAX, "ThrottlingException");
     let worker = p.worker(0, faults);
     let deadline = worker.now_ms() + 600_000;
     let again = sequenced(p.receive(1).await, "0055AED6DCD90281E6");

@@ -70,6 +70,9 @@ struct Tally {
     cut_off: AtomicUsize,
     /// Signalled by a worker whose long-poll came back empty.
     idle: tokio::sync::Notify,
+    /// Every report of each job, in order: printed for a job that ends
+    /// wrong.
+    history: Mutex<BTreeMap<String, Vec<String>>>,
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -138,7 +141,25 @@ fn tally_report(tally: &Tally, report: &BatchReport, crashed_batch: bool) {
     // another); a job carried by several messages of the batch ran once.
     let mut crashed = BTreeSet::new();
     let mut stale = BTreeSet::new();
-    for job in report.jobs() {
+    for (message, job) in report
+        .messages
+        .iter()
+        .flat_map(|m| m.jobs.iter().map(move |j| (m, j)))
+    {
+        tally
+            .history
+            .lock()
+            .unwrap()
+            .entry(job.job_key.clone())
+            .or_default()
+            .push(format!(
+                "{} attempt {} ({}){}: {}",
+                job.outcome.as_str(),
+                job.attempt,
+                message.message_id,
+                if crashed_batch { " crashed batch" } else { "" },
+                job.reason.as_deref().unwrap_or("")
+            ));
         *outcomes.entry(job.outcome.as_str()).or_default() += 1;
         if job.outcome == Outcome::Failed {
             let reason: String = job
@@ -384,18 +405,64 @@ async fn chaos_soak() {
         w.await.unwrap();
     }
 
+    // What happened, printed before anything is asserted.
+    println!("soak: crashes {:?}", tally.crashes.lock().unwrap());
+    println!("soak: job outcomes {:?}", tally.outcomes.lock().unwrap());
+    println!("soak: failures {:#?}", tally.failures.lock().unwrap());
+    println!(
+        "soak: {} messages cut off by the invocation deadline",
+        tally.cut_off.load(Ordering::SeqCst)
+    );
+
+    // The DLQ: only poison.
+    let mut dead_letters = Vec::new();
+    loop {
+        let got = receive_from(&p.sqs, &dlq_url).await;
+        if got.is_empty() {
+            break;
+        }
+        for m in got {
+            p.sqs
+                .delete_message()
+                .queue_url(&dlq_url)
+                .receipt_handle(m.receipt_handle.clone().unwrap())
+                .send()
+                .await
+                .unwrap();
+            dead_letters.push(m.body.unwrap_or_default());
+        }
+    }
+    let not_poison: Vec<_> = dead_letters
+        .iter()
+        .filter(|b| !b.contains("poison/"))
+        .collect();
+
+    println!("soak: dead letters not poison: {not_poison:#?}");
+
     // Every unique (content, recipe): exactly one done row, a correct manifest.
     let recipe_hash = p.app.config.recipes[0].recipe_hash.clone();
+    let ref_counts = p.ref_counts().await;
     let mut done = 0;
     for input_hash in &unique_hashes {
         let key = job_key(input_hash, &recipe_hash);
-        let row = p
-            .row(&key)
-            .await
-            .unwrap_or_else(|| panic!("no row for {key}"));
-        assert_eq!(row.status, JobStatus::Done, "{row:?}");
+        let row = p.row(&key).await.unwrap_or_else(|| {
+            panic!(
+                "no row for {key}: {:#?}",
+                tally.history.lock().unwrap().get(&key)
+            )
+        });
+        assert_eq!(
+            row.status,
+            JobStatus::Done,
+            "{row:?}: {:#?}",
+            tally.history.lock().unwrap().get(&key)
+        );
         // Exact under duplicates and crashes: one reference per upload.
-        assert_eq!(row.refs, Some(versions_of[input_hash]), "{row:?}");
+        assert_eq!(
+            ref_counts.get(&key).copied().unwrap_or(0),
+            versions_of[input_hash],
+            "{row:?}"
+        );
         let manifest: Manifest =
             serde_json::from_slice(&p.output(&format!("derived/{key}/_manifest.json")).await)
                 .unwrap();
@@ -444,29 +511,6 @@ async fn chaos_soak() {
         .map(|page| page.expect("scan page").count as usize)
         .sum();
 
-    // The DLQ: only poison.
-    let mut dead_letters = Vec::new();
-    loop {
-        let got = receive_from(&p.sqs, &dlq_url).await;
-        if got.is_empty() {
-            break;
-        }
-        for m in got {
-            p.sqs
-                .delete_message()
-                .queue_url(&dlq_url)
-                .receipt_handle(m.receipt_handle.clone().unwrap())
-                .send()
-                .await
-                .unwrap();
-            dead_letters.push(m.body.unwrap_or_default());
-        }
-    }
-    let not_poison: Vec<_> = dead_letters
-        .iter()
-        .filter(|b| !b.contains("poison/"))
-        .collect();
-
     let executions = p.counted.runs();
     let crashed_runs = tally.crashed_runs.load(Ordering::SeqCst);
     let stale_runs = tally.stale_runs.load(Ordering::SeqCst);
@@ -478,9 +522,6 @@ async fn chaos_soak() {
         tally.deliveries_handled.load(Ordering::SeqCst),
         tally.batches.load(Ordering::SeqCst),
     );
-    println!("soak: crashes {:?}", tally.crashes.lock().unwrap());
-    println!("soak: job outcomes {:?}", tally.outcomes.lock().unwrap());
-    println!("soak: failures {:#?}", tally.failures.lock().unwrap());
     println!(
         "soak: {done} done rows for {} unique jobs, {rows} rows in all ({} poison); step executions {executions} = \
          {} unique + {crashed_runs} cut short by crashes + {stale_runs} stale \

@@ -2,14 +2,20 @@
 //! has passed, loses its outputs and then its row. DESIGN.md ("Collection")
 //! has the argument that no referenced prefix is ever deleted.
 //!
-//! 1. The row moves `done` → `collecting` in one conditional write: `refs = 0`
-//!    and the last release at or before the cut-off. A reference added in
-//!    between makes the write fail; one added after it finds the row not
-//!    `done` and waits (busy).
-//! 2. Every object under the row's output prefix is deleted, a page at a
+//! 1. The row moves `done` → `collecting` in one conditional write: marked
+//!    by a release (or its finish) at or before the cut-off.
+//! 2. Its reference items are read, one consistent Query per shard. Any
+//!    found: the row goes back to `done` (its mark cleared when it is
+//!    older than [`MARK_SETTLE_MS`] and still the one seen). An adder
+//!    writes its reference and then reads the row: if this read missed
+//!    the reference, the adder's read came after step 1 and saw
+//!    `collecting` (busy). DESIGN.md, "The collector and the adder".
+//! 3. `deletes_started_at_ms` is recorded: from then on the outputs are
+//!    partial, and no later collection gives the row back as `done`.
+//! 4. Every object under the row's output prefix is deleted, a page at a
 //!    time (ListObjectsV2, DeleteObjects), while the collector's lease
 //!    lasts.
-//! 3. The row is deleted, conditioned on still being this collection's.
+//! 5. The row is deleted, conditioned on still being this collection's.
 //!
 //! A collection that stops anywhere leaves a `collecting` row whose lease
 //! passes: the next collection (or a claim, which runs the job again from
@@ -25,6 +31,7 @@
 
 use std::time::Duration;
 
+use super::references::MARK_SETTLE_MS;
 use super::App;
 use crate::config::split_s3_location;
 use crate::ledger::{CollectDue, CollectRequest, Conditional, DeferCollect, JobRow};
@@ -133,12 +140,87 @@ impl App {
             }
             Err(err) => return Err(err.to_string()),
         };
+        if let Some(kept) = self.keep_if_referenced(&row, &owner).await? {
+            return Ok(kept);
+        }
+        match self.start_deleting(&row, &owner).await {
+            Ok(()) => {}
+            Err(error) => {
+                self.defer_collection(&row, &owner).await;
+                return Err(error);
+            }
+        }
         match self.delete_outputs(&row, lease_until_ms).await {
             Ok(deleted) => self.end_collection(&row, &owner, deleted).await,
             Err(error) => {
                 self.defer_collection(&row, &owner).await;
                 Err(error)
             }
+        }
+    }
+
+    /// Step 2: for a row that was done (it has a mark) and whose deletes
+    /// never started, reads its references. `None`: there are none, delete.
+    /// `Some`: referenced, given back as `done`. `Err`: the read failed;
+    /// the row is given back as `done` (nothing was deleted) and the
+    /// failure counted.
+    async fn keep_if_referenced(
+        &self,
+        row: &JobRow,
+        owner: &str,
+    ) -> Result<Option<Collected>, String> {
+        if row.free_mark.is_none() || row.deletes_started_at_ms.is_some() {
+            return Ok(None);
+        }
+        let job_key = row.job_key.as_str();
+        let referenced = self.ledger.has_references(job_key).await;
+        let now = self.now_ms();
+        // A mark newer than the settle time may precede a release still on
+        // its way to delete the item this read saw: kept, so the next
+        // sweep looks again.
+        let settled = row
+            .released_at_ms
+            .is_some_and(|at| at.saturating_add(MARK_SETTLE_MS) <= now);
+        let clear = match referenced {
+            Ok(false) => return Ok(None),
+            Ok(true) if settled => row.free_mark.as_deref(),
+            _ => None,
+        };
+        // Best effort: if this write fails, the lease passes and a claim
+        // or the next collection takes the row over.
+        if let Err(err) = self.ledger.keep_collected(job_key, owner, clear, now).await {
+            tracing::warn!(job_key, error = %err, "a referenced job could not be given back as done; its lease passes");
+        }
+        match referenced {
+            Ok(_) => Ok(Some(Collected {
+                job_key: job_key.to_string(),
+                deleted: Vec::new(),
+                outcome: "referenced: kept".into(),
+            })),
+            Err(err) => Err(format!(
+                "collecting {job_key}: reading its references failed: {err}"
+            )),
+        }
+    }
+
+    /// Step 3: records that deletes start (conditioned on still owning the
+    /// collection).
+    async fn start_deleting(&self, row: &JobRow, owner: &str) -> Result<(), String> {
+        if row.deletes_started_at_ms.is_some() {
+            return Ok(());
+        }
+        match self
+            .ledger
+            .start_deletes(&row.job_key, owner, self.now_ms())
+            .await
+        {
+            Ok(Conditional::Applied(())) => Ok(()),
+            Ok(Conditional::Rejected(now)) => Err(format!(
+                "collecting {}: the row changed under the collection ({})",
+                row.job_key,
+                why_not(now.as_ref())
+            )),
+            Err(err) => Err(err.to_string()),
         }
     }
 
@@ -314,9 +396,10 @@ fn why_not(row: Option<&JobRow>) -> String {
     match row {
         None => "no such job".into(),
         Some(row) => format!(
-            "{} with refs {:?}, last released at {:?}",
+            "{}{}, marked {:?} at {:?}",
             row.status.as_str(),
-            row.refs,
+            if row.ref_items { "" } else { " (from before reference items: never collected until `mediaonce refs seal`)" },
+            row.free_mark,
             row.released_at_ms
         ),
     }

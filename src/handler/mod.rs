@@ -52,6 +52,7 @@ pub use collect::Collected;
 // For the tests' clock: how far to move it past a collector's lease.
 #[cfg(any(test, feature = "testing"))]
 pub use collect::COLLECT_LEASE;
+pub use references::MARK_SETTLE_MS;
 pub use outputs::RecipeOutputs;
 pub use rebuild::{NotReferenced, RebuildSummary, RebuiltVersion, SealedRow};
 
@@ -243,7 +244,11 @@ impl App {
         let sdk = crate::aws::load_sdk_config().await;
         let app = App::new(
             config.clone(),
-            Ledger::dynamodb(crate::aws::dynamodb_client(&sdk), config.table.clone()),
+            Ledger::dynamodb_with_refs(
+                crate::aws::dynamodb_client(&sdk),
+                config.table.clone(),
+                config.refs_table.clone(),
+            ),
             ObjectStore::s3(
                 crate::aws::s3_client(&sdk),
                 config.expected_bucket_owner.clone(),

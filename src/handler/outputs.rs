@@ -67,13 +67,22 @@ impl App {
             };
             found.push(RecipeOutputs {
                 recipe: rule.recipe.to_value(),
-                job_key: key,
+                job_key: key.clone(),
                 input_hash_source: fingerprint.source,
                 status: row
                     .as_ref()
                     .map_or("none", |r| r.status.as_str())
                     .to_string(),
-                refs: row.as_ref().and_then(|r| r.refs),
+                refs: match &row {
+                    Some(_) => Some(
+                        self.ledger
+                            .references(&key)
+                            .await
+                            .map_err(|e| e.to_string())?
+                            .len() as u64,
+                    ),
+                    None => None,
+                },
                 attempts: row.as_ref().map(|r| r.attempts),
                 output_prefix,
                 files,

@@ -2,15 +2,14 @@
 //! when references began to be counted (`mediaonce refs rebuild`), and the
 //! declaration that every place has been rebuilt (`mediaonce refs seal`).
 //!
-//! A job done before references were counted has no `refs` and is never
-//! collected. A reference to it, from the handler or from a rebuild,
-//! *adopts* it: `refs` 1 and `refs_partial`, counted from then on but
-//! still never collected, since versions that were never listed may
-//! reference it too. `seal` is the operator's word that every bucket and
-//! prefix the function's objects live in has been rebuilt: a partial
-//! count becomes complete, and a job still uncounted is referenced by
-//! nothing (its grace starts). DESIGN.md ("References": "Rows older than
-//! the count") has the argument.
+//! A job done before reference items has no `ref_items` and is never
+//! collected: versions that were never listed may reference it. A rebuild
+//! brings every listed version's references over to items (and records
+//! the versions never recorded). `seal` is the operator's word that every
+//! bucket and prefix the function's objects live in has been rebuilt: each
+//! older done row gets `ref_items` and a mark, and the sweep reads its
+//! references after the grace. DESIGN.md ("References": "Rows older than
+//! reference items") has the argument.
 
 use std::collections::BTreeSet;
 
@@ -32,16 +31,17 @@ pub struct RebuiltVersion {
     pub object: String,
     pub version_id: Option<String>,
     /// The done jobs the version references (now, or after a dry run).
+    /// Its jobs not done are referenced too, and listed in `not_done`.
     pub referenced: Vec<String>,
-    /// The matching recipes' jobs that are not referenced, and why: not
-    /// done, nothing to reference until they run (the next event,
-    /// `mediaonce reprocess` or `mediaonce backfill`).
+    /// The matching recipes' jobs that are not done, and why: referenced
+    /// all the same, they run on the next event, `mediaonce reprocess` or
+    /// `mediaonce backfill`.
     pub not_done: Vec<NotReferenced>,
     /// Why the version could not be rebuilt (it stays as it was).
     pub error: Option<String>,
 }
 
-/// A job a version's recipe keys that it cannot reference.
+/// A job a version's recipe keys that is not done.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct NotReferenced {
     pub job_key: String,
@@ -61,11 +61,8 @@ pub struct RebuildSummary {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SealedRow {
     pub job_key: String,
-    /// The count declared complete (0: nothing references the job; it is
-    /// collected after the grace).
-    pub refs: u64,
-    /// `false`: the row changed between the Scan and the seal (a reference
-    /// adopted it meanwhile); a second seal finishes it.
+    /// `false`: the row changed between the Scan and the seal (it is no
+    /// longer done, or was sealed meanwhile).
     pub sealed: bool,
 }
 
@@ -141,11 +138,9 @@ impl App {
                 return Some(rebuilt);
             }
         };
-        let mut refused: Vec<(String, String)> = Vec::new();
         if !dry_run {
             let keyed = Keyed {
                 etag: head.etag.clone(),
-                ready: reports.iter().map(|r| r.job_key.clone()).collect(),
                 wanted,
             };
             let headed = Start::Headed(Seen::Holds { etag: head.etag });
@@ -157,23 +152,16 @@ impl App {
                         ));
                         return Some(rebuilt);
                     }
-                    refused = done.refused;
                 }
                 Err(err) => {
-                    rebuilt.error = Some(err);
+                    rebuilt.error = Some(err.to_string());
                     return Some(rebuilt);
                 }
             }
         }
-        for report in reports {
-            match refused.iter().find(|(job, _)| *job == report.job_key) {
-                None => rebuilt.referenced.push(report.job_key),
-                Some((_, reason)) => rebuilt.not_done.push(NotReferenced {
-                    job_key: report.job_key,
-                    reason: reason.clone(),
-                }),
-            }
-        }
+        rebuilt
+            .referenced
+            .extend(reports.into_iter().map(|report| report.job_key));
         Some(rebuilt)
     }
 
@@ -248,9 +236,11 @@ impl App {
         Ok((reports, wanted))
     }
 
-    /// Declares every done row's count complete: the operator's word that
-    /// every place the function's objects live in has been rebuilt
-    /// ([`App::rebuild_refs`]). `dry_run`: only lists them.
+    /// Declares every done row from before reference items complete: the
+    /// operator's word that every place the function's objects live in has
+    /// been rebuilt ([`App::rebuild_refs`]). Each gets `ref_items` and a
+    /// mark, so the sweep reads its references after the grace.
+    /// `dry_run`: only lists them.
     pub async fn seal_refs(&self, dry_run: bool) -> Result<Vec<SealedRow>, String> {
         let rows = self.ledger.unsealed().await.map_err(|e| e.to_string())?;
         let mut sealed = Vec::with_capacity(rows.len());
@@ -266,7 +256,6 @@ impl App {
             };
             sealed.push(SealedRow {
                 job_key: row.job_key,
-                refs: row.refs.unwrap_or(0),
                 sealed: applied,
             });
         }

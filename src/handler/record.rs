@@ -5,9 +5,10 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
+
 use super::identify::{forget_if_disproved, identify};
 use super::job::{elapsed_ms, BatchJobs, JobRun};
-use super::references::{reconcile_version, Reconciled, Start};
+use super::references::{reconcile_version, Start};
 use super::log::log_job;
 use super::{App, Invocation, JobReport, MessageReport, Outcome};
 use crate::config::RecipeRule;
@@ -85,7 +86,7 @@ async fn process_record(
                 }
                 Err(err) => {
                     tracing::warn!(message_id, version = %version, event, error = %err, "releasing references failed: the message comes back");
-                    (Vec::new(), Some(err))
+                    (Vec::new(), Some(err.to_string()))
                 }
             };
         }
@@ -200,13 +201,40 @@ async fn process_record(
         .map(|rule| job_key(&fingerprint.input_hash, &rule.recipe_hash))
         .collect();
     let etag = identified.bytes.head.etag.clone();
-    if fingerprint.source == FingerprintSource::Cached {
-        if let Some(reports) = reuse_if_counted(app, &version, &wanted, &etag, &rules, fingerprint, started).await {
+    // The version references every job of its bytes before any is claimed
+    // or reused; each claim's consistent read then follows the reference
+    // (DESIGN.md, "The collector and the adder"). A hash from the cache
+    // (almost always a redelivery) reads the row first: it likely exists.
+    let start = if fingerprint.source == FingerprintSource::Cached {
+        Start::Unknown
+    } else {
+        Start::Headed(Seen::Holds { etag: etag.clone() })
+    };
+    let keyed = Keyed { etag, wanted };
+    let referenced = match reconcile_version(app, &version, Some(keyed), start).await {
+        Ok(referenced) => referenced,
+        Err(err) => {
+            // Contended by other hints of the version: busy, not failed.
+            let outcome = if err.contended {
+                Outcome::Busy
+            } else {
+                Outcome::Failed
+            };
+            let reports = report_all(&rules, fingerprint, outcome, &err.message, started);
             for report in &reports {
                 log_job(report, message_id, &object);
             }
             return (reports, None);
         }
+    };
+    collect_now(app, &referenced.released).await;
+    if let Some(stale) = referenced.stale {
+        let reason = format!("{stale}: its outputs are not referenced by this version");
+        let reports = report_all(&rules, fingerprint, Outcome::Skipped, &reason, started);
+        for report in &reports {
+            log_job(report, message_id, &object);
+        }
+        return (reports, None);
     }
     let mut reports = Vec::with_capacity(rules.len());
     for rule in rules {
@@ -230,121 +258,68 @@ async fn process_record(
             .await;
         let report = if ran_here {
             report.clone()
+        } else if referenced.added.contains(&job_key) {
+            // Another record of the batch read the job before this one's
+            // reference was written: read it again.
+            confirm_done(app, report.seen_again()).await
         } else {
             report.seen_again()
         };
         reports.push(report);
     }
     forget_if_disproved(app, &identified).await;
-    let keyed = Keyed {
-        ready: reports
-            .iter()
-            .filter(|r| matches!(r.outcome, Outcome::Ran | Outcome::Reused))
-            .map(|r| r.job_key.clone())
-            .collect(),
-        wanted,
-        etag: etag.clone(),
-    };
-    // Nothing to add and the message comes back anyway (a busy, failed,
-    // deferred or poisoned job): its next delivery reconciles. Busy is the
-    // hot path of a contended job; it costs one claim and nothing more.
-    let comes_back = reports.iter().any(|r| r.outcome.must_retry());
-    if keyed.ready.is_empty() && comes_back {
-        for report in &reports {
-            log_job(report, message_id, &object);
-        }
-        return (reports, None);
-    }
-    let headed = Start::Headed(Seen::Holds { etag });
-    match reconcile_version(app, &version, Some(keyed), headed).await {
-        Ok(done) => {
-            apply(&mut reports, &done);
-            collect_now(app, &done.released).await;
-        }
-        Err(err) => {
-            for report in reports
-                .iter_mut()
-                .filter(|r| matches!(r.outcome, Outcome::Ran | Outcome::Reused))
-            {
-                report.outcome = Outcome::Failed;
-                report.reason = Some(err.clone());
-            }
-        }
-    }
     for report in &reports {
         log_job(report, message_id, &object);
     }
     (reports, None)
 }
 
-/// A create's reconciliation, in its reports: a job its version no longer
-/// holds (gone, other bytes) is skipped, not reused (nothing references
-/// its outputs for this version); a job that could not be referenced comes
-/// back busy.
-fn apply(reports: &mut [JobReport], done: &Reconciled) {
-    for report in reports.iter_mut() {
-        if let Some((_, reason)) = done.refused.iter().find(|(job, _)| *job == report.job_key) {
-            report.outcome = Outcome::Busy;
-            report.reason = Some(reason.clone());
-        } else if let (Some(stale), Outcome::Ran | Outcome::Reused) = (done.stale, report.outcome) {
-            report.outcome = Outcome::Skipped;
-            report.reason = Some(format!(
-                "{stale}: its outputs are not referenced by this version"
-            ));
-        }
-    }
-}
-
-/// For a version seen before (its hash came from the cache, almost always
-/// a redelivery): when its row counts every job of its bytes already,
-/// each is reused (a counted job is done, and never collected) with no
-/// claim. A versioned version's bytes never change: one GetItem. The null
-/// version's row is reconciled (HEAD, and a write of `gen`). `None`: the
-/// claim path.
-async fn reuse_if_counted(
-    app: &App,
-    version: &VersionName,
-    wanted: &BTreeSet<String>,
-    etag: &str,
+/// Every recipe's job reported with one outcome (no claim was made).
+fn report_all(
     rules: &[&RecipeRule],
     fingerprint: &crate::fingerprint::Fingerprint,
+    outcome: Outcome,
+    reason: &str,
     started: Instant,
-) -> Option<Vec<JobReport>> {
-    let row = app.ledger.version_refs(version).await.ok()?;
-    let counted = row.as_ref().is_some_and(|row| {
-        !row.deleted && row.etag.as_deref() == Some(etag) && row.job_keys.is_superset(wanted)
-    });
-    if !counted {
-        return None;
+) -> Vec<JobReport> {
+    rules
+        .iter()
+        .map(|rule| JobReport {
+            job_key: job_key(&fingerprint.input_hash, &rule.recipe_hash),
+            step: rule.recipe.step.clone(),
+            outcome,
+            attempt: 0,
+            duration_ms: elapsed_ms(started),
+            reason: Some(reason.to_string()),
+            busy_until_ms: None,
+            input_hash_source: Some(fingerprint.source),
+        })
+        .collect()
+}
+
+/// A job reused or run by another record of the batch, confirmed by a
+/// consistent read made after this record's reference: still done, or
+/// busy (a collector took it meanwhile; the message comes back).
+async fn confirm_done(app: &App, report: JobReport) -> JobReport {
+    if !matches!(report.outcome, Outcome::Reused | Outcome::Ran) {
+        return report;
     }
-    if version.is_unversioned() {
-        let keyed = Keyed {
-            etag: etag.to_string(),
-            wanted: wanted.clone(),
-            ready: BTreeSet::new(),
-        };
-        let done = reconcile_version(app, version, Some(keyed), Start::Read(row))
-            .await
-            .ok()?;
-        if done.stale.is_some() {
-            return None;
-        }
+    match app.ledger.get(&report.job_key).await {
+        Ok(Some(row)) if row.status == crate::ledger::JobStatus::Done => report,
+        Ok(row) => JobReport {
+            outcome: Outcome::Busy,
+            reason: Some(format!(
+                "the job is {} now (collected meanwhile): the message comes back",
+                row.map_or("gone", |r| r.status.as_str())
+            )),
+            ..report
+        },
+        Err(err) => JobReport {
+            outcome: Outcome::Failed,
+            reason: Some(err.to_string()),
+            ..report
+        },
     }
-    Some(
-        rules
-            .iter()
-            .map(|rule| JobReport {
-                job_key: job_key(&fingerprint.input_hash, &rule.recipe_hash),
-                step: rule.recipe.step.clone(),
-                outcome: Outcome::Reused,
-                attempt: 0,
-                duration_ms: elapsed_ms(started),
-                reason: Some("done, and this version references it already".into()),
-                busy_until_ms: None,
-                input_hash_source: Some(fingerprint.source),
-            })
-            .collect(),
-    )
 }
 
 /// Every listed version of `marker`'s key reconciled (a delete marker,
@@ -363,7 +338,12 @@ async fn reconcile_every_version(app: &App, marker: &VersionName) -> Result<Vec<
             version_id,
             ..marker.clone()
         };
-        released.extend(reconcile_version(app, &version, None, Start::Unknown).await?.released);
+        released.extend(
+            reconcile_version(app, &version, None, Start::Unknown)
+                .await
+                .map_err(|e| e.to_string())?
+                .released,
+        );
     }
     Ok(released)
 }

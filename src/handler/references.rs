@@ -6,28 +6,65 @@
 //! it replaces.
 
 use std::collections::BTreeSet;
+use std::time::Instant;
 
 use super::App;
 use crate::fingerprint::ObjectHead;
-use crate::ledger::{JobStatus, RefWrite};
+use crate::ledger::RefWrite;
 use crate::references::{reconcile, Keyed, Seen, VersionName, VersionRefs};
 use crate::store::{KeyEntry, ObjectRef};
 
 /// Transactions tried before giving up (the message comes back): each
-/// retry follows a write by a concurrent hint of the same version.
-const ATTEMPTS: usize = 5;
+/// retry follows a write by a concurrent hint of the same version, after
+/// a jittered wait (the ledger's retry policy), so that hints of one
+/// version in flight at once (duplicates, a reprocess) spread out.
+const ATTEMPTS: u32 = 8;
+
+/// A release marks its jobs before it deletes their reference items, and
+/// the collector clears a mark only once it is older than this: a mark and
+/// its deletes must come within it. A Lambda invocation lasts 15 minutes
+/// at most; a process outside Lambda (`mediaonce refs rebuild`) marks
+/// again before a transaction when [`REMARK_AFTER`] has passed.
+pub const MARK_SETTLE_MS: u64 = 16 * 60 * 1000;
+
+/// Marks older than this (by the process's monotonic clock) are written
+/// again before the transaction they precede.
+const REMARK_AFTER: std::time::Duration = std::time::Duration::from_secs(10 * 60);
 
 /// What a hint came to.
 #[derive(Debug, Default)]
 pub(super) struct Reconciled {
-    /// Jobs whose count this hint lowered (candidates for collection).
+    /// Jobs this hint released (candidates for collection).
     pub released: Vec<String>,
-    /// Why the hint's keyed bytes are not the version's (gone, or other
-    /// bytes now): none of its jobs is referenced by the version.
+    /// Jobs this hint added a reference to.
+    pub added: Vec<String>,
+    /// Why the hint's keyed bytes are not the version's now (it is gone,
+    /// or holds other bytes): none of its jobs is referenced by it.
     pub stale: Option<&'static str>,
-    /// Ready jobs that could not be referenced, with why (no longer done:
-    /// collected meanwhile). Their messages must come back to run them.
-    pub refused: Vec<(String, String)>,
+}
+
+/// Why a hint could not be reconciled.
+#[derive(Debug)]
+pub(super) struct ReconcileError {
+    pub message: String,
+    /// Other hints of the version kept writing its row first: nothing is
+    /// wrong, the message comes back (busy) and reconciles then.
+    pub contended: bool,
+}
+
+impl From<String> for ReconcileError {
+    fn from(message: String) -> Self {
+        ReconcileError {
+            message,
+            contended: false,
+        }
+    }
+}
+
+impl std::fmt::Display for ReconcileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
 }
 
 /// Where a hint starts.
@@ -40,31 +77,36 @@ pub(super) enum Start {
     /// call), since a HEAD made before a row was read cannot vouch for
     /// replacing that row.
     Headed(Seen),
-    /// The row, read already: HEAD, then write.
-    Read(Option<VersionRefs>),
 }
 
 /// Reconciles `version`'s row with S3 for one hint. `keyed`: a create's
 /// bytes and jobs (`None` for a delete).
+///
+/// A release marks each job it releases (a fresh nonce) before the
+/// transaction deletes the job's reference item: a collector that sees
+/// the item before it goes may clear only an older mark, never this one
+/// (DESIGN.md, "The collector and the adder").
 pub(super) async fn reconcile_version(
     app: &App,
     version: &VersionName,
     keyed: Option<Keyed>,
     start: Start,
-) -> Result<Reconciled, String> {
-    let mut keyed = keyed;
-    let (mut optimistic, mut read) = match start {
-        Start::Unknown => (None, None),
-        Start::Headed(seen) => (Some(seen), None),
-        Start::Read(row) => (None, Some(row)),
+) -> Result<Reconciled, ReconcileError> {
+    let mut optimistic = match start {
+        Start::Unknown => None,
+        Start::Headed(seen) => Some(seen),
     };
+    let mut read: Option<Option<VersionRefs>> = None;
     let mut result = Reconciled::default();
-    // Jobs done before references were counted: adopted (counted from 1,
-    // partial until `mediaonce refs seal`).
-    let mut uncounted: BTreeSet<String> = BTreeSet::new();
-    // Jobs a release would lower that have nothing to release.
-    let mut skipped: BTreeSet<String> = BTreeSet::new();
-    for _ in 0..ATTEMPTS {
+    // Jobs whose reference item was found missing: nothing to delete.
+    let mut missing: BTreeSet<String> = BTreeSet::new();
+    // Jobs marked, and when.
+    let mut marked: Vec<(String, Instant)> = Vec::new();
+    for attempt in 0..ATTEMPTS {
+        if attempt > 1 {
+            let policy = app.ledger.retry_policy();
+            tokio::time::sleep(policy.delay(attempt - 1, &app.rng)).await;
+        }
         let (row, seen) = match (read.take(), optimistic.take()) {
             (None, Some(seen)) => (None, seen),
             (read, _) => {
@@ -84,69 +126,69 @@ pub(super) async fn reconcile_version(
         let Some(mut change) = plan.change else {
             return Ok(result);
         };
-        for job_key in &uncounted {
-            change.count_as(job_key, false);
+        change.remove.retain(|job_key| !missing.contains(job_key));
+        for job_key in &change.remove {
+            let fresh = marked
+                .iter()
+                .any(|(job, at)| job == job_key && at.elapsed() < REMARK_AFTER);
+            if !fresh {
+                mark(app, job_key).await?;
+                marked.push((job_key.clone(), Instant::now()));
+            }
         }
-        change.remove.retain(|job_key| !skipped.contains(job_key));
         match app.ledger.change_refs(version, &change, app.now_ms()).await {
             Ok(RefWrite::Applied) => {
-                if !(change.add.is_empty() && change.adopt.is_empty() && change.remove.is_empty()) {
+                if !(change.add.is_empty() && change.remove.is_empty()) {
                     tracing::info!(
                         version = %version,
                         added = ?change.add,
-                        adopted = ?change.adopt,
                         removed = ?change.remove,
                         "references reconciled with S3"
                     );
                 }
                 result.released = change.remove;
+                result.added = change.add;
                 return Ok(result);
             }
             Ok(RefWrite::Cancelled {
                 version: seen_row,
-                refused,
+                missing: gone,
             }) => {
-                // The row as it is now (or as read, when only a job
-                // refused); either way S3 is asked again.
+                // The row as it is now (or as read, when only an item was
+                // missing); either way S3 is asked again.
                 read = Some(seen_row.unwrap_or(row));
-                for (job_key, job) in refused {
-                    if change.remove.contains(&job_key) {
-                        tracing::error!(version = %version, job_key, "a job the version referenced has no references to release: left as it is");
-                        skipped.insert(job_key);
-                        continue;
-                    }
-                    match job {
-                        Some(job) if job.status == JobStatus::Done => {
-                            // Counted or not, as the row is now.
-                            if job.refs.is_none() {
-                                uncounted.insert(job_key);
-                            } else {
-                                uncounted.remove(&job_key);
-                            }
-                        }
-                        job => {
-                            let state = job.map_or("gone", |j| j.status.as_str());
-                            if let Some(keyed) = keyed.as_mut() {
-                                keyed.ready.remove(&job_key);
-                            }
-                            uncounted.remove(&job_key);
-                            result.refused.push((
-                                job_key,
-                                format!(
-                                    "its outputs cannot be referenced: the job is {state} \
-                                     (collected meanwhile); the message comes back and runs it"
-                                ),
-                            ));
-                        }
-                    }
+                for job_key in gone {
+                    tracing::error!(
+                        version = %version,
+                        job_key,
+                        "reference mismatch: the version's row lists a job whose reference item is missing; nothing to delete"
+                    );
+                    missing.insert(job_key);
                 }
             }
-            Err(err) => return Err(format!("recording the references of {version} failed: {err}")),
+            Err(err) => {
+                return Err(format!("recording the references of {version} failed: {err}").into())
+            }
         }
     }
-    Err(format!(
-        "recording the references of {version} failed: its row kept changing"
-    ))
+    Err(ReconcileError {
+        message: format!(
+            "other hints of {version} kept writing its references first ({ATTEMPTS} tries): \
+             it comes back and reconciles then"
+        ),
+        contended: true,
+    })
+}
+
+/// Marks `job_key` as maybe unreferenced, with a fresh nonce. A job whose
+/// row is gone (collected already) has nothing to mark.
+async fn mark(app: &App, job_key: &str) -> Result<(), String> {
+    let nonce = app.owner_token("release");
+    app.ledger
+        .mark_released(job_key, &nonce, app.now_ms())
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("marking job {job_key} released failed: {e}"))
 }
 
 /// What S3 holds at `version` now. The `null` version is headed as the

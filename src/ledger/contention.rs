@@ -8,10 +8,13 @@
 //!   `TransactionConflict`, and a plain write to one of them fails with
 //!   `TransactionConflictException` (DynamoDB's documented behaviour;
 //!   reads see the last committed item and never conflict).
-//! - **Throttling.** Each item takes at most `item_write_units` write
-//!   units per second (DynamoDB's partition limit, about 1,000: one item
-//!   never spreads over partitions). A write costs 1 unit, charged even
-//!   when its condition fails; an item in a transaction costs 2.
+//! - **Throttling.** Each partition key takes at most `item_write_units`
+//!   write units per second (DynamoDB's partition limit, about 1,000: one
+//!   item never spreads over partitions; a reference item's partition is
+//!   its `<job>#<shard>`, shared by the shard's items). A write costs 1
+//!   unit, charged even when its condition fails; an item in a
+//!   transaction costs 2. Consistent reads (a GetItem, a Query page) take
+//!   1 read unit each, at most 3,000 a second per partition key.
 //!
 //! Time is tokio's: with time paused (tests), waits and backoff cost
 //! nothing and the contention is the same.
@@ -24,7 +27,7 @@ use super::{
     JobRow, LedgerError, LedgerTable, RefWrite,
 };
 use crate::identity::ObjectVersion;
-use crate::references::{RefChange, VersionName, VersionRefs};
+use crate::references::{partition_of, RefChange, RefItem, VersionName, VersionRefs};
 
 /// Calls refused so far, by why.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -39,8 +42,11 @@ struct Load {
     held: HashMap<String, u32>,
     /// Write units charged so far (all items).
     charged: f64,
-    /// Per item: the second (since start) and the units it took in it.
+    /// Per partition key: the second (since start) and the write units it
+    /// took in it.
     units: HashMap<String, (u64, f64)>,
+    /// Per partition key: the second and the read units it took in it.
+    read_units: HashMap<String, (u64, f64)>,
     refusals: Refusals,
 }
 
@@ -104,41 +110,85 @@ impl ContendedTable {
         }
     }
 
-    /// Charges `units` to each item, or refuses the call (nothing
-    /// charged) when one is held by a transaction or past its throughput.
+    /// Charges `units` to each item's partition, or refuses the call
+    /// (nothing charged) when an item is held by a transaction or a
+    /// partition is past its throughput. `items`: (item, partition key).
     fn admit(
         &self,
         load: &mut Load,
         operation: &'static str,
-        items: &[String],
+        items: &[(String, String)],
         units: f64,
     ) -> Result<(), LedgerError> {
-        if items.iter().any(|item| load.held.contains_key(item)) {
+        if items.iter().any(|(item, _)| load.held.contains_key(item)) {
             return Err(self.refuse(load, operation, Contention::TransactionConflict));
         }
         let second = self.started.elapsed().as_secs();
-        let over = items.iter().any(|item| match load.units.get(item) {
-            Some((at, used)) if *at == second => used + units > self.item_write_units,
-            _ => units > self.item_write_units,
-        });
-        if over {
+        // Units per partition in this call (a transaction may put several
+        // items in one partition).
+        let mut asked: HashMap<&str, f64> = HashMap::new();
+        for (_, partition) in items {
+            *asked.entry(partition).or_default() += units;
+        }
+        if Self::over(&load.units, &asked, second, self.item_write_units) {
             return Err(self.refuse(load, operation, Contention::Throttled));
         }
-        for item in items {
-            let entry = load.units.entry(item.clone()).or_insert((second, 0.0));
+        Self::charge(&mut load.units, &asked, second);
+        load.charged += units * items.len() as f64;
+        Ok(())
+    }
+
+    fn over(
+        used: &HashMap<String, (u64, f64)>,
+        asked: &HashMap<&str, f64>,
+        second: u64,
+        limit: f64,
+    ) -> bool {
+        asked
+            .iter()
+            .any(|(partition, units)| match used.get(*partition) {
+                Some((at, used)) if *at == second => used + units > limit,
+                _ => *units > limit,
+            })
+    }
+
+    fn charge(used: &mut HashMap<String, (u64, f64)>, asked: &HashMap<&str, f64>, second: u64) {
+        for (partition, units) in asked {
+            let entry = used.entry(partition.to_string()).or_insert((second, 0.0));
             if entry.0 != second {
                 *entry = (second, 0.0);
             }
             entry.1 += units;
-            load.charged += units;
         }
-        Ok(())
     }
 
-    /// A plain write of one item.
+    /// A plain write of one item (its own partition).
     fn write(&self, operation: &'static str, item: &str) -> Result<(), LedgerError> {
         let mut load = self.load();
-        self.admit(&mut load, operation, &[item.to_string()], 1.0)
+        self.admit(
+            &mut load,
+            operation,
+            &[(item.to_string(), item.to_string())],
+            1.0,
+        )
+    }
+
+    /// A consistent read of one partition key: 1 read unit, at most 3,000
+    /// a second.
+    fn read(&self, operation: &'static str, partition: &str) -> Result<(), LedgerError> {
+        let mut load = self.load();
+        let second = self.started.elapsed().as_secs();
+        let asked = HashMap::from([(partition, 1.0)]);
+        if Self::over(
+            &load.read_units,
+            &asked,
+            second,
+            3.0 * self.item_write_units,
+        ) {
+            return Err(self.refuse(&mut load, operation, Contention::Throttled));
+        }
+        Self::charge(&mut load.read_units, &asked, second);
+        Ok(())
     }
 }
 
@@ -149,6 +199,7 @@ impl LedgerTable for ContendedTable {
     }
 
     async fn get(&self, job_key: &str) -> Result<Option<JobRow>, LedgerError> {
+        self.read("GetItem", job_key)?;
         self.inner.get(job_key).await
     }
 
@@ -213,6 +264,7 @@ impl LedgerTable for ContendedTable {
         &self,
         version: &VersionName,
     ) -> Result<Option<VersionRefs>, LedgerError> {
+        self.read("GetItem", &version.row_key())?;
         self.inner.get_version_refs(version).await
     }
 
@@ -223,22 +275,28 @@ impl LedgerTable for ContendedTable {
         change: &RefChange,
         now_ms: u64,
     ) -> Result<RefWrite, LedgerError> {
-        let items: Vec<String> = std::iter::once(version.row_key())
-            .chain(change.add.iter().cloned())
-            .chain(change.adopt.iter().cloned())
-            .chain(change.remove.iter().cloned())
+        let row_key = version.row_key();
+        let items: Vec<(String, String)> = std::iter::once((row_key.clone(), row_key.clone()))
+            .chain(change.add.iter().chain(&change.remove).map(|job_key| {
+                let item = RefItem {
+                    job_key: job_key.clone(),
+                    version_row: row_key.clone(),
+                };
+                let partition = item.partition();
+                (format!("{partition}/{row_key}"), partition)
+            }))
             .collect();
         {
             let mut load = self.load();
             self.admit(&mut load, "TransactWriteItems", &items, 2.0)?;
-            for item in &items {
+            for (item, _) in &items {
                 *load.held.entry(item.clone()).or_default() += 1;
             }
         }
         tokio::time::sleep(std::time::Duration::from_millis(self.transaction_ms)).await;
         let result = self.inner.change_refs(version, change, now_ms).await;
         let mut load = self.load();
-        for item in &items {
+        for (item, _) in &items {
             if let Some(count) = load.held.get_mut(item) {
                 *count -= 1;
                 if *count == 0 {
@@ -255,6 +313,50 @@ impl LedgerTable for ContendedTable {
     ) -> Result<Conditional<JobRow>, LedgerError> {
         self.write("UpdateItem", &request.job_key)?;
         self.inner.begin_collect(request).await
+    }
+
+    async fn keep_collected(
+        &self,
+        job_key: &str,
+        owner: &str,
+        clear_mark: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.write("UpdateItem", job_key)?;
+        self.inner
+            .keep_collected(job_key, owner, clear_mark, now_ms)
+            .await
+    }
+
+    async fn start_deletes(
+        &self,
+        job_key: &str,
+        owner: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.write("UpdateItem", job_key)?;
+        self.inner.start_deletes(job_key, owner, now_ms).await
+    }
+
+    async fn mark_released(
+        &self,
+        job_key: &str,
+        nonce: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.write("UpdateItem", job_key)?;
+        self.inner.mark_released(job_key, nonce, now_ms).await
+    }
+
+    async fn query_refs(
+        &self,
+        job_key: &str,
+        shard: u8,
+        limit: Option<u32>,
+        from: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), LedgerError> {
+        self.read("Query", &partition_of(job_key, shard))?;
+        self.inner.query_refs(job_key, shard, limit, from).await
     }
 
     async fn end_collect(

@@ -11,11 +11,13 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::TransactWriteItem;
 
 use crate::identity::ObjectVersion;
-use crate::references::{attr as ref_attr, RefChange, VersionName, VersionRefs};
+use crate::references::{
+    attr as ref_attr, partition_of, ref_item_attr, RefChange, RefItem, VersionName, VersionRefs,
+};
 
 use super::items::{
-    cache_row, cache_row_is_of, count_update, n, s, version_refs_from_item, version_update,
-    CountChange, Item,
+    cache_row, cache_row_is_of, n, ref_item_delete, ref_item_put, s, version_refs_from_item,
+    version_update, Item,
 };
 
 use super::{
@@ -27,25 +29,24 @@ use super::{
 /// collection's condition and the sweep's filter, written once.
 /// (A failed row from before `failures` was counted is never due here.)
 const COLLECTABLE: &str = "(attribute_not_exists(#retry) OR #retry <= :now) AND (\
-     (#status = :done AND #refs = :zero AND #released <= :cutoff \
-     AND attribute_not_exists(#partial)) \
+     (#status = :done AND #ref_items = :true AND attribute_exists(#mark) \
+     AND #released <= :cutoff) \
      OR (#status = :collecting AND #lease <= :now) \
      OR (#status = :running AND #lease <= :cutoff AND #attempts < :max_runs) \
      OR (#status = :failed AND #updated <= :cutoff AND #attempts < :max_runs \
          AND #failures < :max_attempts \
          AND (attribute_not_exists(#permanent) OR #permanent = :false)))";
 
-/// A done row whose count is not known complete ([`super::unsealed`]).
-const UNSEALED: &str =
-    "#status = :done AND (attribute_not_exists(#refs) OR attribute_exists(#partial))";
+/// A done row from before reference items ([`super::unsealed`]).
+const UNSEALED: &str = "#status = :done AND attribute_not_exists(#ref_items)";
 
 fn collectable_names() -> std::collections::HashMap<String, String> {
     [
         ("#status", attr::STATUS),
         ("#lease", attr::LEASE_UNTIL_MS),
-        ("#refs", ref_attr::REFS),
+        ("#ref_items", ref_attr::REF_ITEMS),
+        ("#mark", ref_attr::FREE_MARK),
         ("#released", ref_attr::RELEASED_AT_MS),
-        ("#partial", ref_attr::REFS_PARTIAL),
         ("#attempts", attr::ATTEMPTS),
         ("#updated", attr::UPDATED_AT_MS),
         ("#failures", attr::FAILURES),
@@ -64,8 +65,8 @@ fn collectable_values(due: &CollectDue) -> Item {
         (":running", s(JobStatus::Running.as_str())),
         (":failed", s(JobStatus::Failed.as_str())),
         (":now", n(due.now_ms)),
-        (":zero", n(0)),
         (":cutoff", n(due.before_ms)),
+        (":true", AttributeValue::Bool(true)),
         (":max_runs", n(max_runs(due.max_attempts))),
         (":max_attempts", n(due.max_attempts)),
         (":false", AttributeValue::Bool(false)),
@@ -75,22 +76,52 @@ fn collectable_values(due: &CollectDue) -> Item {
     .collect()
 }
 
-/// Job rows in a DynamoDB table (partition key `job_key`, a string).
+/// Job rows in a DynamoDB table (partition key `job_key`, a string), and
+/// reference items in another (partition key `job_shard`, sort key
+/// `version`, both strings).
 #[derive(Debug, Clone)]
 pub struct DynamoDbTable {
     client: Client,
     table: String,
+    refs_table: String,
 }
 
 impl DynamoDbTable {
+    /// The claim table `table`, its references in `<table>-refs`.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
+        let table = table.into();
+        let refs_table = crate::config::default_refs_table(&table);
+        DynamoDbTable::with_refs_table(client, table, refs_table)
+    }
+
+    pub fn with_refs_table(
+        client: Client,
+        table: impl Into<String>,
+        refs_table: impl Into<String>,
+    ) -> Self {
         DynamoDbTable {
             client,
             table: table.into(),
+            refs_table: refs_table.into(),
         }
     }
 
     fn service_error<E>(&self, operation: &'static str, err: SdkError<E>) -> LedgerError
+    where
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        Self::error_on(&self.table, operation, err)
+    }
+
+    /// A call on the references table failed.
+    fn refs_error<E>(&self, operation: &'static str, err: SdkError<E>) -> LedgerError
+    where
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        Self::error_on(&self.refs_table, operation, err)
+    }
+
+    fn error_on<E>(table: &str, operation: &'static str, err: SdkError<E>) -> LedgerError
     where
         E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
     {
@@ -103,13 +134,13 @@ impl DynamoDbTable {
         {
             return LedgerError::Contended {
                 operation,
-                table: self.table.clone(),
+                table: table.to_string(),
                 contention,
             };
         }
         LedgerError::Service {
             operation,
-            table: self.table.clone(),
+            table: table.to_string(),
             message: crate::aws::describe_error(&err),
             kind: crate::error::ErrorKind::of_sdk(&err),
         }
@@ -220,13 +251,15 @@ impl LedgerTable for DynamoDbTable {
             .key(attr::JOB_KEY, s(&request.job_key))
             .update_expression(
                 "SET #status = :running, #owner = :owner, #lease = :lease, #attempts = #attempts + :one, \
-                 #updated = :now, #step = :step, #input = :input, #refs = if_not_exists(#refs, :zero) \
-                 REMOVE #released",
+                 #updated = :now, #step = :step, #input = :input, #ref_items = :true \
+                 REMOVE #released, #mark, #deletes",
             )
             .condition_expression("#owner = :seen_owner AND #status = :seen_status")
-            .expression_attribute_names("#refs", ref_attr::REFS)
+            .expression_attribute_names("#ref_items", ref_attr::REF_ITEMS)
             .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
-            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_names("#mark", ref_attr::FREE_MARK)
+            .expression_attribute_names("#deletes", attr::DELETES_STARTED_AT_MS)
+            .expression_attribute_values(":true", AttributeValue::Bool(true))
             .expression_attribute_names("#status", attr::STATUS)
             .expression_attribute_names("#owner", attr::OWNER)
             .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
@@ -280,13 +313,15 @@ impl LedgerTable for DynamoDbTable {
             .expression_attribute_values(":now", n(now_ms))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         let update = match finish {
-            // Unreferenced from now: a job whose reference never comes
-            // (its object deleted meanwhile) is collected after the grace.
+            // Marked: a job whose versions all went while it ran is
+            // collected after the grace (the sweep reads its references).
             Finish::Done => update
                 .update_expression(
-                    "SET #status = :status, #updated = :now, #released = :now REMOVE #error",
+                    "SET #status = :status, #updated = :now, #released = :now, #mark = :me \
+                     REMOVE #error",
                 )
                 .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
+                .expression_attribute_names("#mark", ref_attr::FREE_MARK)
                 .expression_attribute_values(":status", s(JobStatus::Done.as_str())),
             Finish::Failed { error, permanent } => {
                 let update = update
@@ -445,22 +480,37 @@ impl LedgerTable for DynamoDbTable {
         change: &RefChange,
         now_ms: u64,
     ) -> Result<RefWrite, LedgerError> {
+        let row_key = version.row_key();
         let malformed = |problem: String| LedgerError::MalformedRow {
             table: self.table.clone(),
-            job_key: version.row_key(),
+            job_key: row_key.clone(),
             problem,
         };
         let mut items = vec![TransactWriteItem::builder()
             .update(version_update(&self.table, version, change, now_ms).map_err(malformed)?)
             .build()];
-        let jobs: Vec<(&String, CountChange)> = (change.add.iter().map(|k| (k, CountChange::Add)))
-            .chain(change.adopt.iter().map(|k| (k, CountChange::Adopt)))
-            .chain(change.remove.iter().map(|k| (k, CountChange::Remove)))
-            .collect();
-        for (job_key, count) in &jobs {
+        for job_key in &change.add {
+            let item = RefItem {
+                job_key: job_key.clone(),
+                version_row: row_key.clone(),
+            };
             items.push(
                 TransactWriteItem::builder()
-                    .update(count_update(&self.table, job_key, *count, now_ms).map_err(malformed)?)
+                    .put(ref_item_put(&self.refs_table, &item, now_ms).map_err(malformed)?)
+                    .build(),
+            );
+        }
+        for job_key in &change.remove {
+            let item = RefItem {
+                job_key: job_key.clone(),
+                version_row: row_key.clone(),
+            };
+            items.push(
+                TransactWriteItem::builder()
+                    .delete(
+                        ref_item_delete(&self.refs_table, &item, change.exact)
+                            .map_err(malformed)?,
+                    )
                     .build(),
             );
         }
@@ -509,7 +559,6 @@ impl LedgerTable for DynamoDbTable {
             return Err(self.service_error("TransactWriteItems", err));
         }
         let version_state = if failed(0) {
-            let row_key = version.row_key();
             Some(
                 reasons[0]
                     .item()
@@ -519,20 +568,153 @@ impl LedgerTable for DynamoDbTable {
         } else {
             None
         };
-        let mut refused = Vec::new();
-        for (index, (job_key, _)) in jobs.iter().enumerate() {
-            if failed(index + 1) {
-                let row = reasons[index + 1]
-                    .item()
-                    .map(|item| self.row(job_key, item))
-                    .transpose()?;
-                refused.push((job_key.to_string(), row));
-            }
-        }
+        let first_delete = 1 + change.add.len();
+        let missing = change
+            .remove
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| failed(first_delete + index))
+            .map(|(_, job_key)| job_key.clone())
+            .collect();
         Ok(RefWrite::Cancelled {
             version: version_state,
-            refused,
+            missing,
         })
+    }
+
+    async fn keep_collected(
+        &self,
+        job_key: &str,
+        owner: &str,
+        clear_mark: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(job_key))
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
+            .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
+            .expression_attribute_values(":me", s(owner))
+            .expression_attribute_values(":collecting", s(JobStatus::Collecting.as_str()))
+            .expression_attribute_values(":done", s(JobStatus::Done.as_str()))
+            .expression_attribute_values(":now", n(now_ms))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        let set = "SET #status = :done, #lease = :now, #updated = :now";
+        let owned = "#owner = :me AND #status = :collecting";
+        let update = match clear_mark {
+            Some(mark) => update
+                .update_expression(format!("{set} REMOVE #mark"))
+                .condition_expression(format!("{owned} AND #mark = :mark"))
+                .expression_attribute_names("#mark", ref_attr::FREE_MARK)
+                .expression_attribute_values(":mark", s(mark)),
+            None => update.update_expression(set).condition_expression(owned),
+        };
+        Ok(match self.update_outcome(job_key, update.send().await)? {
+            Ok(_) => Conditional::Applied(()),
+            Err(rejected) => rejected,
+        })
+    }
+
+    async fn start_deletes(
+        &self,
+        job_key: &str,
+        owner: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(job_key))
+            .update_expression("SET #deletes = :now, #updated = :now")
+            .condition_expression("#owner = :me AND #status = :collecting")
+            .expression_attribute_names("#deletes", attr::DELETES_STARTED_AT_MS)
+            .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_values(":now", n(now_ms))
+            .expression_attribute_values(":me", s(owner))
+            .expression_attribute_values(":collecting", s(JobStatus::Collecting.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        Ok(match self.update_outcome(job_key, update)? {
+            Ok(_) => Conditional::Applied(()),
+            Err(rejected) => rejected,
+        })
+    }
+
+    async fn mark_released(
+        &self,
+        job_key: &str,
+        nonce: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(job_key))
+            .update_expression("SET #mark = :nonce, #released = :now")
+            .condition_expression("attribute_exists(#key)")
+            .expression_attribute_names("#mark", ref_attr::FREE_MARK)
+            .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
+            .expression_attribute_names("#key", attr::JOB_KEY)
+            .expression_attribute_values(":nonce", s(nonce))
+            .expression_attribute_values(":now", n(now_ms))
+            .send()
+            .await;
+        Ok(match self.update_outcome(job_key, update)? {
+            Ok(_) => Conditional::Applied(()),
+            Err(rejected) => rejected,
+        })
+    }
+
+    async fn query_refs(
+        &self,
+        job_key: &str,
+        shard: u8,
+        limit: Option<u32>,
+        from: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), LedgerError> {
+        let partition = partition_of(job_key, shard);
+        let output = self
+            .client
+            .query()
+            .table_name(&self.refs_table)
+            .consistent_read(true)
+            .key_condition_expression("#p = :p")
+            .expression_attribute_names("#p", ref_item_attr::JOB_SHARD)
+            .expression_attribute_values(":p", s(&partition))
+            .projection_expression("#v")
+            .expression_attribute_names("#v", ref_item_attr::VERSION)
+            .set_limit(limit.map(|l| l as i32))
+            .set_exclusive_start_key(from.map(|version| {
+                Item::from([
+                    (ref_item_attr::JOB_SHARD.to_string(), s(&partition)),
+                    (ref_item_attr::VERSION.to_string(), s(version)),
+                ])
+            }))
+            .send()
+            .await
+            .map_err(|e| self.refs_error("Query", e))?;
+        let versions = output
+            .items()
+            .iter()
+            .filter_map(|item| item.get(ref_item_attr::VERSION))
+            .filter_map(|v| v.as_s().ok())
+            .cloned()
+            .collect();
+        let next = output
+            .last_evaluated_key()
+            .and_then(|key| key.get(ref_item_attr::VERSION))
+            .and_then(|v| v.as_s().ok())
+            .cloned();
+        Ok((versions, next))
     }
 
     async fn begin_collect(
@@ -643,8 +825,7 @@ impl LedgerTable for DynamoDbTable {
     ) -> Result<(Vec<JobRow>, Option<String>), LedgerError> {
         let names = [
             ("#status", attr::STATUS),
-            ("#refs", ref_attr::REFS),
-            ("#partial", ref_attr::REFS_PARTIAL),
+            ("#ref_items", ref_attr::REF_ITEMS),
         ]
         .into_iter()
         .map(|(name, attribute)| (name.to_string(), attribute.to_string()))
@@ -659,23 +840,17 @@ impl LedgerTable for DynamoDbTable {
             .update_item()
             .table_name(&self.table)
             .key(attr::JOB_KEY, s(&row.job_key))
+            .update_expression("SET #ref_items = :true, #mark = :mark, #released = :now")
+            .condition_expression("#status = :done AND attribute_not_exists(#ref_items)")
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#ref_items", ref_attr::REF_ITEMS)
+            .expression_attribute_names("#mark", ref_attr::FREE_MARK)
+            .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
+            .expression_attribute_values(":done", s(JobStatus::Done.as_str()))
+            .expression_attribute_values(":true", AttributeValue::Bool(true))
+            .expression_attribute_values(":mark", s(&super::seal_mark(&row.job_key, now_ms)))
+            .expression_attribute_values(":now", n(now_ms))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        let update = if row.refs.is_some() {
-            update
-                .update_expression("REMOVE #partial")
-                .condition_expression("attribute_exists(#partial)")
-                .expression_attribute_names("#partial", ref_attr::REFS_PARTIAL)
-        } else {
-            update
-                .update_expression("SET #refs = :zero, #released = :now")
-                .condition_expression("#status = :done AND attribute_not_exists(#refs)")
-                .expression_attribute_names("#status", attr::STATUS)
-                .expression_attribute_names("#refs", ref_attr::REFS)
-                .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
-                .expression_attribute_values(":done", s(JobStatus::Done.as_str()))
-                .expression_attribute_values(":zero", n(0))
-                .expression_attribute_values(":now", n(now_ms))
-        };
         let result = update.send().await;
         Ok(match self.update_outcome(&row.job_key, result)? {
             Ok(_) => Conditional::Applied(()),
@@ -745,9 +920,10 @@ mod tests {
             updated_at_ms: 1,
             failures: 1,
             permanent: true,
-            refs: None,
-            released_at_ms: None,
-            refs_partial: false,
+            ref_items: true,
+            free_mark: Some("m".into()),
+            released_at_ms: Some(3),
+            deletes_started_at_ms: Some(4),
             collect_failures: 2,
             collect_retry_at_ms: Some(7),
         }

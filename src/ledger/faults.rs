@@ -1,7 +1,12 @@
 //! A ledger table that fails the calls a [`FaultPlan`] names, and passes
-//! the others to the table it wraps.
+//! the others to the table it wraps. It can also hold one call at its
+//! start until a test lets it go ([`FaultyTable::pause_before`]), which
+//! puts another worker's calls exactly between two of this one's.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+use tokio::sync::Notify;
 
 use super::{
     Claim, ClaimRequest, Conditional, Contention, Finish, JobRow, LedgerError, LedgerTable,
@@ -16,6 +21,29 @@ use super::{CollectDue, CollectRequest, DeferCollect, RefWrite};
 pub struct FaultyTable {
     inner: Arc<dyn LedgerTable>,
     plan: Arc<FaultPlan>,
+    pause: Option<(Call, Arc<Pause>)>,
+}
+
+/// The first call of one kind, held before it reaches the table.
+#[derive(Debug, Default)]
+pub struct Pause {
+    reached: Notify,
+    resume: Notify,
+    /// Which call of the kind is held (0: the first).
+    nth: usize,
+    seen: AtomicUsize,
+}
+
+impl Pause {
+    /// Waits until the held call has arrived.
+    pub async fn reached(&self) {
+        self.reached.notified().await;
+    }
+
+    /// Lets the held call go on to the table.
+    pub fn resume(&self) {
+        self.resume.notify_one();
+    }
 }
 
 impl FaultyTable {
@@ -23,7 +51,35 @@ impl FaultyTable {
         FaultyTable {
             inner: Arc::new(inner),
             plan,
+            pause: None,
         }
+    }
+
+    /// Holds the `nth` call of that kind (0: the first) until
+    /// [`Pause::resume`]; the others pass.
+    pub fn pause_before(mut self, call: Call, nth: usize) -> (Self, Arc<Pause>) {
+        let pause = Arc::new(Pause {
+            nth,
+            ..Pause::default()
+        });
+        self.pause = Some((call, pause.clone()));
+        (self, pause)
+    }
+
+    /// Waits at a pause, then fails the call if the plan says so.
+    async fn enter(
+        &self,
+        call: Call,
+        operation: &'static str,
+        job_key: &str,
+    ) -> Result<(), LedgerError> {
+        if let Some((held, pause)) = &self.pause {
+            if *held == call && pause.seen.fetch_add(1, Ordering::SeqCst) == pause.nth {
+                pause.reached.notify_one();
+                pause.resume.notified().await;
+            }
+        }
+        self.check(call, operation, job_key)
     }
 
     fn check(&self, call: Call, operation: &'static str, job_key: &str) -> Result<(), LedgerError> {
@@ -62,12 +118,12 @@ impl LedgerTable for FaultyTable {
     }
 
     async fn get(&self, job_key: &str) -> Result<Option<JobRow>, LedgerError> {
-        self.check(Call::GetRow, "GetItem", job_key)?;
+        self.enter(Call::GetRow, "GetItem", job_key).await?;
         self.inner.get(job_key).await
     }
 
     async fn put_new(&self, row: &JobRow) -> Result<Conditional<()>, LedgerError> {
-        self.check(Call::PutRow, "PutItem", &row.job_key)?;
+        self.enter(Call::PutRow, "PutItem", &row.job_key).await?;
         self.inner.put_new(row).await
     }
 
@@ -76,7 +132,8 @@ impl LedgerTable for FaultyTable {
         seen: &JobRow,
         request: &ClaimRequest,
     ) -> Result<Conditional<u64>, LedgerError> {
-        self.check(Call::TakeOver, "UpdateItem", &request.job_key)?;
+        self.enter(Call::TakeOver, "UpdateItem", &request.job_key)
+            .await?;
         self.inner.take_over(seen, request).await
     }
 
@@ -86,12 +143,14 @@ impl LedgerTable for FaultyTable {
         finish: Finish<'_>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
-        self.check(Call::Finish, "UpdateItem", &claim.job_key)?;
+        self.enter(Call::Finish, "UpdateItem", &claim.job_key)
+            .await?;
         self.inner.finish(claim, finish, now_ms).await
     }
 
     async fn release(&self, claim: &Claim) -> Result<Conditional<()>, LedgerError> {
-        self.check(Call::Release, "DeleteItem", &claim.job_key)?;
+        self.enter(Call::Release, "DeleteItem", &claim.job_key)
+            .await?;
         self.inner.release(claim).await
     }
 
@@ -100,12 +159,14 @@ impl LedgerTable for FaultyTable {
         job_key: &str,
         now_ms: u64,
     ) -> Result<Conditional<JobRow>, LedgerError> {
-        self.check(Call::ResetAttempts, "UpdateItem", job_key)?;
+        self.enter(Call::ResetAttempts, "UpdateItem", job_key)
+            .await?;
         self.inner.reset_attempts(job_key, now_ms).await
     }
 
     async fn get_input_hash(&self, version: &ObjectVersion) -> Result<Option<String>, LedgerError> {
-        self.check(Call::GetInputHash, "GetItem", &version.key)?;
+        self.enter(Call::GetInputHash, "GetItem", &version.key)
+            .await?;
         self.inner.get_input_hash(version).await
     }
 
@@ -115,7 +176,8 @@ impl LedgerTable for FaultyTable {
         input_hash: &str,
         now_ms: u64,
     ) -> Result<(), LedgerError> {
-        self.check(Call::PutInputHash, "PutItem", &version.key)?;
+        self.enter(Call::PutInputHash, "PutItem", &version.key)
+            .await?;
         self.inner.put_input_hash(version, input_hash, now_ms).await
     }
 
@@ -127,7 +189,7 @@ impl LedgerTable for FaultyTable {
         &self,
         version: &VersionName,
     ) -> Result<Option<VersionRefs>, LedgerError> {
-        self.check(Call::GetRefs, "GetItem", &version.key)?;
+        self.enter(Call::GetRefs, "GetItem", &version.key).await?;
         self.inner.get_version_refs(version).await
     }
 
@@ -137,7 +199,8 @@ impl LedgerTable for FaultyTable {
         change: &RefChange,
         now_ms: u64,
     ) -> Result<RefWrite, LedgerError> {
-        self.check(Call::ChangeRefs, "TransactWriteItems", &version.key)?;
+        self.enter(Call::ChangeRefs, "TransactWriteItems", &version.key)
+            .await?;
         self.inner.change_refs(version, change, now_ms).await
     }
 
@@ -145,8 +208,56 @@ impl LedgerTable for FaultyTable {
         &self,
         request: &CollectRequest,
     ) -> Result<Conditional<JobRow>, LedgerError> {
-        self.check(Call::BeginCollect, "UpdateItem", &request.job_key)?;
+        self.enter(Call::BeginCollect, "UpdateItem", &request.job_key)
+            .await?;
         self.inner.begin_collect(request).await
+    }
+
+    async fn keep_collected(
+        &self,
+        job_key: &str,
+        owner: &str,
+        clear_mark: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.enter(Call::KeepCollected, "UpdateItem", job_key)
+            .await?;
+        self.inner
+            .keep_collected(job_key, owner, clear_mark, now_ms)
+            .await
+    }
+
+    async fn start_deletes(
+        &self,
+        job_key: &str,
+        owner: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.enter(Call::StartDeletes, "UpdateItem", job_key)
+            .await?;
+        self.inner.start_deletes(job_key, owner, now_ms).await
+    }
+
+    async fn mark_released(
+        &self,
+        job_key: &str,
+        nonce: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.enter(Call::MarkReleased, "UpdateItem", job_key)
+            .await?;
+        self.inner.mark_released(job_key, nonce, now_ms).await
+    }
+
+    async fn query_refs(
+        &self,
+        job_key: &str,
+        shard: u8,
+        limit: Option<u32>,
+        from: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), LedgerError> {
+        self.enter(Call::QueryRefs, "Query", job_key).await?;
+        self.inner.query_refs(job_key, shard, limit, from).await
     }
 
     async fn end_collect(
@@ -154,12 +265,13 @@ impl LedgerTable for FaultyTable {
         job_key: &str,
         owner: &str,
     ) -> Result<Conditional<()>, LedgerError> {
-        self.check(Call::EndCollect, "DeleteItem", job_key)?;
+        self.enter(Call::EndCollect, "DeleteItem", job_key).await?;
         self.inner.end_collect(job_key, owner).await
     }
 
     async fn defer_collect(&self, request: &DeferCollect) -> Result<Conditional<()>, LedgerError> {
-        self.check(Call::DeferCollect, "UpdateItem", &request.job_key)?;
+        self.enter(Call::DeferCollect, "UpdateItem", &request.job_key)
+            .await?;
         self.inner.defer_collect(request).await
     }
 
@@ -179,7 +291,8 @@ impl LedgerTable for FaultyTable {
     }
 
     async fn seal_refs(&self, row: &JobRow, now_ms: u64) -> Result<Conditional<()>, LedgerError> {
-        self.check(Call::SealRefs, "UpdateItem", &row.job_key)?;
+        self.enter(Call::SealRefs, "UpdateItem", &row.job_key)
+            .await?;
         self.inner.seal_refs(row, now_ms).await
     }
 }

@@ -4,12 +4,15 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::builders::UpdateBuilder;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure, Update};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Delete, Put, ReturnValuesOnConditionCheckFailure, Update,
+};
 
 use super::{attr, JobRow, JobStatus};
 use crate::identity::{attr as cache_attr, ObjectVersion};
-use crate::references::{attr as ref_attr, RefChange, VersionName, VersionRefs};
+use crate::references::{
+    attr as ref_attr, ref_item_attr, RefChange, RefItem, VersionName, VersionRefs,
+};
 
 pub(super) type Item = HashMap<String, AttributeValue>;
 
@@ -63,23 +66,27 @@ impl JobRow {
                 Some(AttributeValue::Bool(permanent)) => *permanent,
                 Some(_) => return Err(format!("attribute {} is not a boolean", attr::PERMANENT)),
             },
-            refs: match item.get(ref_attr::REFS) {
+            ref_items: match item.get(ref_attr::REF_ITEMS) {
+                None => false,
+                Some(AttributeValue::Bool(items)) => *items,
+                Some(_) => {
+                    return Err(format!(
+                        "attribute {} is not a boolean",
+                        ref_attr::REF_ITEMS
+                    ))
+                }
+            },
+            free_mark: match item.get(ref_attr::FREE_MARK) {
                 None => None,
-                Some(_) => Some(number(ref_attr::REFS)?),
+                Some(_) => Some(string(ref_attr::FREE_MARK)?),
             },
             released_at_ms: match item.get(ref_attr::RELEASED_AT_MS) {
                 None => None,
                 Some(_) => Some(number(ref_attr::RELEASED_AT_MS)?),
             },
-            refs_partial: match item.get(ref_attr::REFS_PARTIAL) {
-                None => false,
-                Some(AttributeValue::Bool(partial)) => *partial,
-                Some(_) => {
-                    return Err(format!(
-                        "attribute {} is not a boolean",
-                        ref_attr::REFS_PARTIAL
-                    ))
-                }
+            deletes_started_at_ms: match item.get(attr::DELETES_STARTED_AT_MS) {
+                None => None,
+                Some(_) => Some(number(attr::DELETES_STARTED_AT_MS)?),
             },
             collect_failures: match item.get(attr::COLLECT_FAILURES) {
                 None => 0,
@@ -111,14 +118,17 @@ impl JobRow {
         if self.permanent {
             item.insert(attr::PERMANENT.into(), AttributeValue::Bool(true));
         }
-        if let Some(refs) = self.refs {
-            item.insert(ref_attr::REFS.into(), n(refs));
+        if self.ref_items {
+            item.insert(ref_attr::REF_ITEMS.into(), AttributeValue::Bool(true));
+        }
+        if let Some(mark) = &self.free_mark {
+            item.insert(ref_attr::FREE_MARK.into(), s(mark));
         }
         if let Some(at) = self.released_at_ms {
             item.insert(ref_attr::RELEASED_AT_MS.into(), n(at));
         }
-        if self.refs_partial {
-            item.insert(ref_attr::REFS_PARTIAL.into(), AttributeValue::Bool(true));
+        if let Some(at) = self.deletes_started_at_ms {
+            item.insert(attr::DELETES_STARTED_AT_MS.into(), n(at));
         }
         if self.collect_failures > 0 {
             item.insert(attr::COLLECT_FAILURES.into(), n(self.collect_failures));
@@ -162,11 +172,16 @@ pub(super) fn version_refs_from_item(item: &Item) -> Result<VersionRefs, String>
         Some(AttributeValue::S(text)) => Some(text.clone()),
         Some(_) => return Err(format!("attribute {} is not a string", ref_attr::ETAG)),
     };
+    let ref_items = matches!(
+        item.get(ref_attr::REF_ITEMS),
+        Some(AttributeValue::Bool(true))
+    );
     Ok(VersionRefs {
         job_keys,
         etag,
         gen,
         deleted,
+        ref_items,
     })
 }
 
@@ -184,6 +199,7 @@ pub(super) fn version_update(
         "#version_id = :version_id",
         "#gen = :gen",
         "#deleted = :deleted",
+        "#ref_items = :true",
     ];
     let mut remove = Vec::new();
     let mut update = Update::builder()
@@ -198,6 +214,8 @@ pub(super) fn version_update(
         .expression_attribute_names("#sequencer", ref_attr::SEQUENCER)
         .expression_attribute_names("#expires_at", ref_attr::EXPIRES_AT)
         .expression_attribute_names("#etag", ref_attr::ETAG)
+        .expression_attribute_names("#ref_items", ref_attr::REF_ITEMS)
+        .expression_attribute_values(":true", AttributeValue::Bool(true))
         .expression_attribute_values(":bucket", s(&version.bucket))
         .expression_attribute_values(":object_key", s(&version.key))
         .expression_attribute_values(
@@ -250,53 +268,34 @@ pub(super) fn version_update(
     update.build().map_err(|e| e.to_string())
 }
 
-/// How a reference transaction moves one job's count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum CountChange {
-    /// `refs` + 1 on a done, counted row.
-    Add,
-    /// `refs` = 1 and `refs_partial` on a done row never counted.
-    Adopt,
-    /// `refs` − 1 and `released_at_ms`, while `refs` > 0.
-    Remove,
+/// A reference item's put in a reference transaction (unconditional: a
+/// put of an item that exists changes nothing but its time).
+pub(super) fn ref_item_put(table: &str, item: &RefItem, now_ms: u64) -> Result<Put, String> {
+    Put::builder()
+        .table_name(table)
+        .item(ref_item_attr::JOB_SHARD, s(&item.partition()))
+        .item(ref_item_attr::VERSION, s(&item.version_row))
+        .item(ref_item_attr::JOB_KEY, s(&item.job_key))
+        .item(ref_item_attr::CREATED_AT_MS, n(now_ms))
+        .build()
+        .map_err(|e| e.to_string())
 }
 
-/// A job's count update in a reference transaction.
-pub(super) fn count_update(
-    table: &str,
-    job_key: &str,
-    change: CountChange,
-    now_ms: u64,
-) -> Result<Update, String> {
-    let update = Update::builder()
+/// A reference item's delete in a reference transaction; `exact`:
+/// conditioned on the item existing, so a mismatch is seen.
+pub(super) fn ref_item_delete(table: &str, item: &RefItem, exact: bool) -> Result<Delete, String> {
+    let delete = Delete::builder()
         .table_name(table)
-        .key(attr::JOB_KEY, s(job_key))
-        .expression_attribute_names("#refs", ref_attr::REFS)
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-    let done = |update: UpdateBuilder| {
-        update
-            .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_values(":done", s(JobStatus::Done.as_str()))
-            .expression_attribute_values(":one", n(1))
+        .key(ref_item_attr::JOB_SHARD, s(&item.partition()))
+        .key(ref_item_attr::VERSION, s(&item.version_row));
+    let delete = if exact {
+        delete
+            .condition_expression("attribute_exists(#p)")
+            .expression_attribute_names("#p", ref_item_attr::JOB_SHARD)
+    } else {
+        delete
     };
-    let update = match change {
-        CountChange::Add => done(update)
-            .update_expression("ADD #refs :one")
-            .condition_expression("#status = :done AND attribute_exists(#refs)"),
-        CountChange::Adopt => done(update)
-            .update_expression("SET #refs = :one, #partial = :true")
-            .condition_expression("#status = :done AND attribute_not_exists(#refs)")
-            .expression_attribute_names("#partial", ref_attr::REFS_PARTIAL)
-            .expression_attribute_values(":true", AttributeValue::Bool(true)),
-        CountChange::Remove => update
-            .update_expression("ADD #refs :minus_one SET #released = :now")
-            .condition_expression("#refs > :zero")
-            .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
-            .expression_attribute_values(":minus_one", AttributeValue::N("-1".into()))
-            .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":now", n(now_ms)),
-    };
-    update.build().map_err(|e| e.to_string())
+    delete.build().map_err(|e| e.to_string())
 }
 
 pub(super) fn s(text: &str) -> AttributeValue {

@@ -2,7 +2,7 @@
 //! table: each call is atomic under one lock. For unit tests and tools; it
 //! is not shared between processes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use super::{
@@ -21,6 +21,9 @@ pub struct InMemoryTable {
     hashes: Mutex<HashMap<String, (ObjectVersion, String)>>,
     /// Version rows (references), by row key. Locked after `rows`.
     versions: Mutex<HashMap<String, VersionRefs>>,
+    /// The references table: (job key, version row key). Locked after
+    /// `versions`.
+    refs: Mutex<BTreeSet<(String, String)>>,
 }
 
 impl InMemoryTable {
@@ -30,6 +33,7 @@ impl InMemoryTable {
             rows: Mutex::default(),
             hashes: Mutex::default(),
             versions: Mutex::default(),
+            refs: Mutex::default(),
         }
     }
 
@@ -43,6 +47,26 @@ impl InMemoryTable {
 
     fn versions(&self) -> std::sync::MutexGuard<'_, HashMap<String, VersionRefs>> {
         self.versions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn refs(&self) -> std::sync::MutexGuard<'_, BTreeSet<(String, String)>> {
+        self.refs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every reference item: (job key, version row key).
+    pub fn reference_items(&self) -> Vec<(String, String)> {
+        self.refs().iter().cloned().collect()
+    }
+
+    /// Every version row, by row key.
+    pub fn version_rows(&self) -> Vec<(String, VersionRefs)> {
+        let mut rows: Vec<_> = self
+            .versions()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows
     }
 
     /// Writes a row unconditionally (seeding a test).
@@ -89,12 +113,13 @@ impl LedgerTable for InMemoryTable {
         row.updated_at_ms = request.now_ms;
         row.step = request.step.clone();
         row.input_hash = request.input_hash.clone();
-        // A job that was never done has no references to forget: counted
-        // from here on, even on a row older than the count.
-        row.refs.get_or_insert(0);
-        // A run from nothing (a stopped collection's row): not due until a
-        // release frees it again.
+        // A job that was never done has no references from before items.
+        row.ref_items = true;
+        // A run from nothing (a stopped collection's row): not due until
+        // its finish marks it.
+        row.free_mark = None;
         row.released_at_ms = None;
+        row.deletes_started_at_ms = None;
         Ok(Conditional::Applied(row.attempts))
     }
 
@@ -116,6 +141,7 @@ impl LedgerTable for InMemoryTable {
             Finish::Done => {
                 row.status = JobStatus::Done;
                 row.error = None;
+                row.free_mark = Some(claim.owner.clone());
                 row.released_at_ms = Some(now_ms);
             }
             Finish::Failed { error, permanent } => {
@@ -196,61 +222,118 @@ impl LedgerTable for InMemoryTable {
         &self,
         version: &VersionName,
         change: &RefChange,
-        now_ms: u64,
+        _now_ms: u64,
     ) -> Result<RefWrite, LedgerError> {
-        // Both locks for the whole transaction, `rows` first as everywhere.
-        let mut rows = self.rows();
+        // Both locks for the whole transaction, `versions` first as
+        // everywhere.
         let mut versions = self.versions();
+        let mut refs = self.refs();
         let row_key = version.row_key();
         let current = versions.get(&row_key);
         let version_holds = match change.seen_gen {
             None => current.is_none(),
             Some(gen) => current.is_some_and(|row| row.gen == gen),
         };
-        let mut refused = Vec::new();
-        for job_key in &change.add {
-            match rows.get(job_key) {
-                Some(row) if row.status == JobStatus::Done && row.refs.is_some() => {}
-                other => refused.push((job_key.clone(), other.cloned())),
-            }
-        }
-        for job_key in &change.adopt {
-            match rows.get(job_key) {
-                Some(row) if row.status == JobStatus::Done && row.refs.is_none() => {}
-                other => refused.push((job_key.clone(), other.cloned())),
-            }
-        }
-        for job_key in &change.remove {
-            match rows.get(job_key) {
-                Some(row) if row.refs.is_some_and(|refs| refs > 0) => {}
-                other => refused.push((job_key.clone(), other.cloned())),
-            }
-        }
-        if !version_holds || !refused.is_empty() {
+        let missing: Vec<String> = if change.exact {
+            change
+                .remove
+                .iter()
+                .filter(|job| !refs.contains(&((*job).clone(), row_key.clone())))
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if !version_holds || !missing.is_empty() {
             return Ok(RefWrite::Cancelled {
                 version: (!version_holds).then(|| current.cloned()),
-                refused,
+                missing,
             });
         }
-        versions.insert(row_key, change.next.clone());
+        versions.insert(row_key.clone(), change.next.clone());
         for job_key in &change.add {
-            if let Some(row) = rows.get_mut(job_key) {
-                row.refs = row.refs.map(|refs| refs + 1);
-            }
-        }
-        for job_key in &change.adopt {
-            if let Some(row) = rows.get_mut(job_key) {
-                row.refs = Some(1);
-                row.refs_partial = true;
-            }
+            refs.insert((job_key.clone(), row_key.clone()));
         }
         for job_key in &change.remove {
-            if let Some(row) = rows.get_mut(job_key) {
-                row.refs = row.refs.map(|refs| refs - 1);
-                row.released_at_ms = Some(now_ms);
-            }
+            refs.remove(&(job_key.clone(), row_key.clone()));
         }
         Ok(RefWrite::Applied)
+    }
+
+    async fn keep_collected(
+        &self,
+        job_key: &str,
+        owner: &str,
+        clear_mark: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        let mut rows = self.rows();
+        let Some(row) = rows.get_mut(job_key) else {
+            return Ok(Conditional::Rejected(None));
+        };
+        let mark_holds = clear_mark.is_none_or(|mark| row.free_mark.as_deref() == Some(mark));
+        if row.status != JobStatus::Collecting || row.owner != owner || !mark_holds {
+            return Ok(Conditional::Rejected(Some(row.clone())));
+        }
+        row.status = JobStatus::Done;
+        row.lease_until_ms = now_ms;
+        row.updated_at_ms = now_ms;
+        if clear_mark.is_some() {
+            row.free_mark = None;
+        }
+        Ok(Conditional::Applied(()))
+    }
+
+    async fn start_deletes(
+        &self,
+        job_key: &str,
+        owner: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        let mut rows = self.rows();
+        let Some(row) = rows.get_mut(job_key) else {
+            return Ok(Conditional::Rejected(None));
+        };
+        if row.status != JobStatus::Collecting || row.owner != owner {
+            return Ok(Conditional::Rejected(Some(row.clone())));
+        }
+        row.deletes_started_at_ms = Some(now_ms);
+        row.updated_at_ms = now_ms;
+        Ok(Conditional::Applied(()))
+    }
+
+    async fn mark_released(
+        &self,
+        job_key: &str,
+        nonce: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        let mut rows = self.rows();
+        let Some(row) = rows.get_mut(job_key) else {
+            return Ok(Conditional::Rejected(None));
+        };
+        row.free_mark = Some(nonce.to_string());
+        row.released_at_ms = Some(now_ms);
+        Ok(Conditional::Applied(()))
+    }
+
+    async fn query_refs(
+        &self,
+        job_key: &str,
+        shard: u8,
+        limit: Option<u32>,
+        _from: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), LedgerError> {
+        let found: Vec<String> = self
+            .refs()
+            .iter()
+            .filter(|(job, version)| {
+                job == job_key && crate::references::shard_of(version) == shard
+            })
+            .map(|(_, version)| version.clone())
+            .take(limit.map_or(usize::MAX, |l| l as usize))
+            .collect();
+        Ok((found, None))
     }
 
     async fn begin_collect(
@@ -336,14 +419,12 @@ impl LedgerTable for InMemoryTable {
         let Some(row) = rows.get_mut(&seen.job_key) else {
             return Ok(Conditional::Rejected(None));
         };
-        match seen.refs {
-            Some(_) if row.refs_partial => row.refs_partial = false,
-            None if row.status == JobStatus::Done && row.refs.is_none() => {
-                row.refs = Some(0);
-                row.released_at_ms = Some(now_ms);
-            }
-            _ => return Ok(Conditional::Rejected(Some(row.clone()))),
+        if row.status != JobStatus::Done || row.ref_items {
+            return Ok(Conditional::Rejected(Some(row.clone())));
         }
+        row.ref_items = true;
+        row.free_mark = Some(super::seal_mark(&seen.job_key, now_ms));
+        row.released_at_ms = Some(now_ms);
         Ok(Conditional::Applied(()))
     }
 }

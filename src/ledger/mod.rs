@@ -52,6 +52,8 @@ pub mod attr {
     pub const COLLECT_FAILURES: &str = "collect_failures";
     /// No collection of the job starts before this (epoch ms).
     pub const COLLECT_RETRY_AT_MS: &str = "collect_retry_at_ms";
+    /// A collection began deleting the outputs (epoch ms).
+    pub const DELETES_STARTED_AT_MS: &str = "deletes_started_at_ms";
 }
 
 /// Stored errors are cut to this many characters.
@@ -107,15 +109,20 @@ pub struct JobRow {
     pub failures: u64,
     /// The last failure can never succeed (an undecodable input): no retry.
     pub permanent: bool,
-    /// The object versions referencing the job's outputs; `None` on rows
-    /// written before references were counted (never collected).
-    pub refs: Option<u64>,
-    /// When the last release lowered `refs` (epoch ms).
+    /// Every version referencing the job has a reference item (rows
+    /// claimed since reference items; `mediaonce refs seal` sets it on
+    /// older rows). A row without it is never collected.
+    pub ref_items: bool,
+    /// The nonce of the last release of the job (or of its finish): the
+    /// sweep's sign that nothing may reference it now. `None`: nothing to
+    /// look at.
+    pub free_mark: Option<String>,
+    /// When `free_mark` was written (epoch ms).
     pub released_at_ms: Option<u64>,
-    /// `refs` counts only the versions seen since a reference adopted the
-    /// row (it was done before references were counted): never collected
-    /// until `mediaonce refs seal` declares the count complete.
-    pub refs_partial: bool,
+    /// When a collection found no reference and began deleting the
+    /// outputs (epoch ms): from then on they are partial, and the job is
+    /// never given back as `done`.
+    pub deletes_started_at_ms: Option<u64>,
     /// Collections of this job that failed (`collect_failures`).
     pub collect_failures: u64,
     /// A failed collection backs off: no collection starts before this.
@@ -338,7 +345,7 @@ impl RetryPolicy {
     }
 
     /// The wait before retry `n` (1 for the first), drawn from `rng`.
-    fn delay(&self, n: u32, rng: &Mutex<fastrand::Rng>) -> std::time::Duration {
+    pub fn delay(&self, n: u32, rng: &Mutex<fastrand::Rng>) -> std::time::Duration {
         let ceiling = self
             .base_ms
             .saturating_mul(1u64 << n.min(20))
@@ -407,9 +414,10 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
     async fn put_new(&self, row: &JobRow) -> Result<Conditional<()>, LedgerError>;
 
     /// UpdateItem taking the job over: `running`, the request's owner, lease
-    /// and now, attempts + 1, `refs` 0 when the row has none (a job never
-    /// done has no references), no `released_at_ms` (a run is not due for
-    /// collection; the row's `output_prefix` is kept);
+    /// and now, attempts + 1, `ref_items` (a job never done has no
+    /// references from before them), no `free_mark` or `released_at_ms`
+    /// (a run is not due for collection; its finish marks it; the row's
+    /// `output_prefix` is kept);
     /// conditioned on `owner` and `status` being those of `seen`. Applied:
     /// the attempts after the update.
     async fn take_over(
@@ -418,8 +426,9 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
         request: &ClaimRequest,
     ) -> Result<Conditional<u64>, LedgerError>;
 
-    /// UpdateItem finishing a claim as `done` (removing `error`; setting
-    /// `released_at_ms`: unreferenced since now, see DESIGN.md) or `failed`
+    /// UpdateItem finishing a claim as `done` (removing `error`; marking it
+    /// for the sweep: `free_mark` the claim's owner, `released_at_ms` now,
+    /// see DESIGN.md) or `failed`
     /// (with `error`, failures + 1, and `permanent` when it is), conditioned
     /// on `owner = claim.owner AND status = running`.
     async fn finish(
@@ -469,12 +478,10 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
     ) -> Result<Option<VersionRefs>, LedgerError>;
 
     /// TransactWriteItems applying `change`: the version row as
-    /// `change.next` (conditioned on `gen` = `change.seen_gen`, or on no row),
-    /// `refs` + 1 on each added job (conditioned on `status = done` and a
-    /// counted `refs`), `refs` = 1 and `refs_partial` on each adopted one
-    /// (conditioned on `status = done` and no `refs`), `refs` − 1 and
-    /// `released_at_ms` on each removed one (conditioned on `refs > 0`).
-    /// All or nothing.
+    /// `change.next` (conditioned on `gen` = `change.seen_gen`, or on no
+    /// row), a reference item put for each added job and deleted for each
+    /// removed one (conditioned on `attribute_exists` when `change.exact`).
+    /// No job row is in it. All or nothing.
     async fn change_refs(
         &self,
         version: &VersionName,
@@ -483,14 +490,58 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
     ) -> Result<RefWrite, LedgerError>;
 
     /// UpdateItem moving a job to `collecting` (the request's owner and
-    /// lease), conditioned on `done` with `refs = 0` and `released_at_ms`
-    /// at or before the request's cut-off, or on a `collecting` row whose
-    /// lease has passed (a collection that stopped). Applied: the row as
-    /// it became.
+    /// lease), conditioned on a `done` row with `ref_items`, a `free_mark`
+    /// and `released_at_ms` at or before the request's cut-off, or on a
+    /// `collecting` row whose lease has passed (a collection that stopped),
+    /// or an abandoned run ([`collectable`]). Applied: the row as it became.
     async fn begin_collect(
         &self,
         request: &CollectRequest,
     ) -> Result<Conditional<JobRow>, LedgerError>;
+
+    /// UpdateItem giving a collection up because the job is referenced:
+    /// back to `done`, the lease ended now, and `free_mark` removed when
+    /// `clear_mark` names it (conditioned on `collecting` by `owner`, and
+    /// on `free_mark = clear_mark` when given: a newer release's mark is
+    /// never removed).
+    async fn keep_collected(
+        &self,
+        job_key: &str,
+        owner: &str,
+        clear_mark: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError>;
+
+    /// UpdateItem recording that a collection begins deleting the job's
+    /// outputs (`deletes_started_at_ms` = now), conditioned on `collecting`
+    /// by `owner`.
+    async fn start_deletes(
+        &self,
+        job_key: &str,
+        owner: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError>;
+
+    /// UpdateItem marking a job its release may have left unreferenced:
+    /// `free_mark` = `nonce`, `released_at_ms` = now, conditioned on the
+    /// row existing (a job collected already has nothing to mark).
+    async fn mark_released(
+        &self,
+        job_key: &str,
+        nonce: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError>;
+
+    /// One Query page (consistent) of a job's reference items in `shard`:
+    /// their version row keys, at most `limit`, from `from` (the last
+    /// page's `next`).
+    async fn query_refs(
+        &self,
+        job_key: &str,
+        shard: u8,
+        limit: Option<u32>,
+        from: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), LedgerError>;
 
     /// DeleteItem of a collected row, conditioned on `collecting` by `owner`.
     async fn end_collect(&self, job_key: &str, owner: &str)
@@ -519,18 +570,23 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
         from: Option<&str>,
     ) -> Result<(Vec<JobRow>, Option<String>), LedgerError>;
 
-    /// UpdateItem declaring a done row's count complete: a partial count
-    /// loses `refs_partial` (conditioned on it); a row never counted gets
-    /// `refs` 0 and `released_at_ms` `now_ms` (conditioned on `done` and
-    /// no `refs`): nothing references it, and its grace starts now.
+    /// UpdateItem declaring a done row from before reference items
+    /// complete (every bucket was rebuilt into items): `ref_items`, and a
+    /// mark (`free_mark` a fresh nonce, `released_at_ms` now) so that the
+    /// sweep looks at its references, conditioned on `done` and no
+    /// `ref_items`.
     async fn seal_refs(&self, row: &JobRow, now_ms: u64) -> Result<Conditional<()>, LedgerError>;
 }
 
-/// Whether a row's count is not known complete: done before references
-/// were counted, and either never counted or counted only since a
-/// reference adopted it. Pure; as `scan_unsealed`'s filter.
+/// Whether a done row's references are not known to be items: it was
+/// done before reference items. Pure; as `scan_unsealed`'s filter.
 pub fn unsealed(row: &JobRow) -> bool {
-    row.status == JobStatus::Done && (row.refs.is_none() || row.refs_partial)
+    row.status == JobStatus::Done && !row.ref_items
+}
+
+/// The mark `mediaonce refs seal` writes on a row it declares complete.
+pub fn seal_mark(job_key: &str, now_ms: u64) -> String {
+    format!("seal/{now_ms}/{job_key}")
 }
 
 /// When a row is due for collection.
@@ -547,7 +603,8 @@ pub struct CollectDue {
 
 /// Whether a row is due for collection: as `begin_collect`'s condition. Pure.
 ///
-/// - `done`, nothing references it (a complete count at 0) since the cut-off;
+/// - `done`, its references all items, and marked by a release (or its
+///   finish) at or before the cut-off: its references are read then;
 /// - `collecting` whose collector's lease has passed (a collection that
 ///   stopped);
 /// - abandoned: `running` whose lease ended by the cut-off, or `failed`
@@ -561,8 +618,8 @@ pub fn collectable(row: &JobRow, due: &CollectDue) -> bool {
     let poisoned = judge(row, due.now_ms, due.max_attempts) == Verdict::Poisoned;
     match row.status {
         JobStatus::Done => {
-            row.refs == Some(0)
-                && !row.refs_partial
+            row.ref_items
+                && row.free_mark.is_some()
                 && row.released_at_ms.is_some_and(|at| at <= due.before_ms)
         }
         JobStatus::Collecting => !is_live(row.lease_until_ms, due.now_ms),
@@ -596,11 +653,11 @@ pub struct DeferCollect {
 pub enum RefWrite {
     Applied,
     /// Nothing was written. `version`: `Some` when the version row was not
-    /// as read, with the row as it is (`None`: there is none). `refused`:
-    /// the jobs whose condition failed, with their row (`None`: no row).
+    /// as read, with the row as it is (`None`: there is none). `missing`:
+    /// removed jobs whose reference item did not exist (a mismatch).
     Cancelled {
         version: Option<Option<VersionRefs>>,
-        refused: Vec<(String, Option<JobRow>)>,
+        missing: Vec<String>,
     },
 }
 
@@ -652,6 +709,11 @@ impl Ledger {
         self
     }
 
+    /// How contended calls are retried.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.retry
+    }
+
     /// Contended calls retried through this ledger (and its clones).
     pub fn retries(&self) -> (u64, u64) {
         (
@@ -699,9 +761,20 @@ impl Ledger {
         self.calls.load(Ordering::Relaxed)
     }
 
-    /// The ledger in a DynamoDB table.
+    /// The ledger in a DynamoDB table, its references in `<table>-refs`.
     pub fn dynamodb(client: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Self {
         Ledger::new(dynamodb::DynamoDbTable::new(client, table))
+    }
+
+    /// The ledger in a DynamoDB table, its references in `refs_table`.
+    pub fn dynamodb_with_refs(
+        client: aws_sdk_dynamodb::Client,
+        table: impl Into<String>,
+        refs_table: impl Into<String>,
+    ) -> Self {
+        Ledger::new(dynamodb::DynamoDbTable::with_refs_table(
+            client, table, refs_table,
+        ))
     }
 
     pub fn table(&self) -> &str {
@@ -760,6 +833,93 @@ impl Ledger {
         request: &CollectRequest,
     ) -> Result<Conditional<JobRow>, LedgerError> {
         self.retrying(|| self.call().begin_collect(request)).await
+    }
+
+    /// Gives a collection up: the job is referenced. Its mark is removed
+    /// only when `clear_mark` names it still (a release since marked it
+    /// anew, and that mark stays for the next sweep).
+    pub async fn keep_collected(
+        &self,
+        job_key: &str,
+        owner: &str,
+        clear_mark: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        if clear_mark.is_some() {
+            let cleared = self
+                .retrying(|| {
+                    self.call()
+                        .keep_collected(job_key, owner, clear_mark, now_ms)
+                })
+                .await?;
+            match cleared {
+                Conditional::Rejected(Some(row))
+                    if row.status == JobStatus::Collecting && row.owner == owner => {}
+                other => return Ok(other),
+            }
+        }
+        self.retrying(|| self.call().keep_collected(job_key, owner, None, now_ms))
+            .await
+    }
+
+    /// Records that a collection begins deleting the job's outputs.
+    pub async fn start_deletes(
+        &self,
+        job_key: &str,
+        owner: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.retrying(|| self.call().start_deletes(job_key, owner, now_ms))
+            .await
+    }
+
+    /// Marks a job its release may have left unreferenced (a fresh nonce):
+    /// written before the release's reference items are deleted.
+    pub async fn mark_released(
+        &self,
+        job_key: &str,
+        nonce: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.retrying(|| self.call().mark_released(job_key, nonce, now_ms))
+            .await
+    }
+
+    /// Whether any version references `job_key`: one consistent Query per
+    /// shard, one item each, stopping at the first found.
+    pub async fn has_references(&self, job_key: &str) -> Result<bool, LedgerError> {
+        for shard in 0..crate::references::REF_SHARDS {
+            let (page, _) = self
+                .retrying(|| self.call().query_refs(job_key, shard, Some(1), None))
+                .await?;
+            if !page.is_empty() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The version rows referencing `job_key` (every shard, every page).
+    pub async fn references(&self, job_key: &str) -> Result<Vec<String>, LedgerError> {
+        let mut found = Vec::new();
+        for shard in 0..crate::references::REF_SHARDS {
+            let mut from: Option<String> = None;
+            loop {
+                let (page, next) = self
+                    .retrying(|| {
+                        self.call()
+                            .query_refs(job_key, shard, None, from.as_deref())
+                    })
+                    .await?;
+                found.extend(page);
+                match next {
+                    Some(next) => from = Some(next),
+                    None => break,
+                }
+            }
+        }
+        found.sort();
+        Ok(found)
     }
 
     /// Deletes a collected row.
@@ -828,9 +988,9 @@ impl Ledger {
             .await
     }
 
-    /// Claims a job: one put for a new key; for an existing one, the row
-    /// returned with the failed condition decides, and a takeover is one
-    /// more update.
+    /// Claims a job: a consistent read, and the row decides (a takeover is
+    /// one update); a put for a new key (its failed condition returns the
+    /// row that beat it, which decides).
     pub async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, LedgerError> {
         let row = JobRow {
             job_key: request.job_key.clone(),
@@ -845,13 +1005,21 @@ impl Ledger {
             updated_at_ms: request.now_ms,
             failures: 0,
             permanent: false,
-            // Counted from the start: the first reference makes it 1.
-            refs: Some(0),
+            // A new job: every reference to it is an item.
+            ref_items: true,
+            free_mark: None,
             released_at_ms: None,
-            refs_partial: false,
+            deletes_started_at_ms: None,
             collect_failures: 0,
             collect_retry_at_ms: None,
         };
+        // A consistent read first: a done job (a popular content's, read
+        // thousands of times a second) is reused without a write to its
+        // item. It also is the read that follows the caller's reference
+        // (DESIGN.md, "References").
+        if let Some(existing) = self.get(&request.job_key).await? {
+            return self.judged(request, existing).await;
+        }
         // Twice at most: a row deleted between the failed put and the read
         // (a released claim) means the key is free again, so claim anew.
         let mut tries = 0;
@@ -876,6 +1044,16 @@ impl Ledger {
                 },
             }
         };
+        self.judged(request, existing).await
+    }
+
+    /// What an existing row means for a claim: reuse, busy, poisoned, or a
+    /// takeover.
+    async fn judged(
+        &self,
+        request: &ClaimRequest,
+        existing: JobRow,
+    ) -> Result<ClaimOutcome, LedgerError> {
         match judge(&existing, request.now_ms, request.max_attempts) {
             Verdict::Done => Ok(ClaimOutcome::Done(existing)),
             Verdict::Busy => Ok(ClaimOutcome::Busy(existing)),

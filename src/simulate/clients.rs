@@ -169,7 +169,7 @@ impl LedgerTable for SimTable {
         change: &RefChange,
         now_ms: u64,
     ) -> Result<RefWrite, LedgerError> {
-        let items = 1 + change.add.len() + change.adopt.len() + change.remove.len();
+        let items = 1 + change.add.len() + change.remove.len();
         self.count("TransactWriteItems (references)", 2.0 * items as f64, 0.0)
             .await;
         self.inner.change_refs(version, change, now_ms).await
@@ -180,6 +180,46 @@ impl LedgerTable for SimTable {
     ) -> Result<Conditional<JobRow>, LedgerError> {
         self.count("UpdateItem (collect)", 1.0, 0.0).await;
         self.inner.begin_collect(request).await
+    }
+    async fn keep_collected(
+        &self,
+        job_key: &str,
+        owner: &str,
+        clear_mark: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.count("UpdateItem (referenced: kept)", 1.0, 0.0).await;
+        self.inner
+            .keep_collected(job_key, owner, clear_mark, now_ms)
+            .await
+    }
+    async fn start_deletes(
+        &self,
+        job_key: &str,
+        owner: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.count("UpdateItem (deletes start)", 1.0, 0.0).await;
+        self.inner.start_deletes(job_key, owner, now_ms).await
+    }
+    async fn mark_released(
+        &self,
+        job_key: &str,
+        nonce: &str,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.count("UpdateItem (release mark)", 1.0, 0.0).await;
+        self.inner.mark_released(job_key, nonce, now_ms).await
+    }
+    async fn query_refs(
+        &self,
+        job_key: &str,
+        shard: u8,
+        limit: Option<u32>,
+        from: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), LedgerError> {
+        self.count("Query (references)", 0.0, 1.0).await;
+        self.inner.query_refs(job_key, shard, limit, from).await
     }
     async fn end_collect(
         &self,

@@ -359,6 +359,38 @@ impl Pipeline {
             .expect("seed row");
     }
 
+    /// How many versions reference each job: one Scan of the references
+    /// table (all pages), for checks over many jobs.
+    pub async fn ref_counts(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut counts = std::collections::BTreeMap::new();
+        let pages: Vec<_> = self
+            .dynamodb
+            .scan()
+            .table_name(mediaonce::config::default_refs_table(&self.table))
+            .consistent_read(true)
+            .into_paginator()
+            .send()
+            .collect()
+            .await;
+        for page in pages {
+            for item in page.expect("scan the references").items() {
+                if let Some(job) = item.get("job_key").and_then(|v| v.as_s().ok()) {
+                    *counts.entry(job.clone()).or_default() += 1;
+                }
+            }
+        }
+        counts
+    }
+
+    /// How many versions reference `job_key` (its reference items).
+    pub async fn refs(&self, job_key: &str) -> u64 {
+        Ledger::dynamodb(self.dynamodb.clone(), self.table.clone())
+            .references(job_key)
+            .await
+            .expect("query references")
+            .len() as u64
+    }
+
     pub async fn row(&self, job_key: &str) -> Option<JobRow> {
         Ledger::dynamodb(self.dynamodb.clone(), self.table.clone())
             .get(job_key)
@@ -440,33 +472,51 @@ pub async fn fresh_ledger() -> Ledger {
     Ledger::dynamodb(client, table)
 }
 
+/// The claim table `table` and its references table `<table>-refs`, as
+/// `template.yaml` declares them.
 pub async fn create_table(dynamodb: &aws_sdk_dynamodb::Client, table: &str) {
+    let key = |name: &str, key_type: KeyType| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(key_type)
+            .build()
+            .unwrap()
+    };
+    let string = |name: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .unwrap()
+    };
     dynamodb
         .create_table()
         .table_name(table)
         .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("job_key")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("job_key")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
+        .attribute_definitions(string("job_key"))
+        .key_schema(key("job_key", KeyType::Hash))
         .send()
         .await
         .expect("create table");
+    let refs_table = mediaonce::config::default_refs_table(table);
+    dynamodb
+        .create_table()
+        .table_name(&refs_table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(string("job_shard"))
+        .attribute_definitions(string("version"))
+        .key_schema(key("job_shard", KeyType::Hash))
+        .key_schema(key("version", KeyType::Range))
+        .send()
+        .await
+        .expect("create the references table");
     // Real DynamoDB creates tables asynchronously; the emulators answer ACTIVE at once.
     let waiter_timeout = Duration::from_secs(60);
-    aws_sdk_dynamodb::client::Waiters::wait_until_table_exists(dynamodb)
-        .table_name(table)
-        .wait(waiter_timeout)
-        .await
-        .expect("table becomes active");
+    for name in [table, refs_table.as_str()] {
+        aws_sdk_dynamodb::client::Waiters::wait_until_table_exists(dynamodb)
+            .table_name(name)
+            .wait(waiter_timeout)
+            .await
+            .expect("table becomes active");
+    }
 }

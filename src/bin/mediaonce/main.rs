@@ -259,7 +259,8 @@ fn fail(message: String) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// Runs `work` with the ledger of MEDIAONCE_TABLE.
+/// Runs `work` with the ledger of MEDIAONCE_TABLE (its references in
+/// MEDIAONCE_REFS_TABLE, by default `<MEDIAONCE_TABLE>-refs`).
 fn with_ledger<F, Fut>(work: F) -> ExitCode
 where
     F: FnOnce(Ledger) -> Fut,
@@ -275,9 +276,14 @@ where
     };
     block_on(async {
         let sdk = mediaonce::aws::load_sdk_config().await;
-        work(Ledger::dynamodb(
+        let refs_table = std::env::var(mediaonce::config::ENV_REFS_TABLE)
+            .ok()
+            .filter(|t| !t.trim().is_empty())
+            .unwrap_or_else(|| mediaonce::config::default_refs_table(&table));
+        work(Ledger::dynamodb_with_refs(
             mediaonce::aws::dynamodb_client(&sdk),
             table,
+            refs_table,
         ))
         .await
     })

@@ -1,5 +1,5 @@
-//! `mediaonce refs`: the references of objects uploaded before references
-//! were counted ([`mediaonce::App::rebuild_refs`], [`mediaonce::App::seal_refs`]).
+//! `mediaonce refs`: the references of objects uploaded before reference
+//! items ([`mediaonce::App::rebuild_refs`], [`mediaonce::App::seal_refs`]).
 
 use std::process::ExitCode;
 
@@ -14,9 +14,9 @@ pub enum RefsCommand {
     /// Record the references of every object version under
     /// s3://bucket[/prefix] to the done jobs of its matching recipes (those
     /// this configuration keys, else those it was keyed by before content
-    /// identity). Prints one JSON line per version. Jobs done before
-    /// references were counted are adopted: counted, but never collected
-    /// until `mediaonce refs seal`. Running it twice changes nothing.
+    /// identity), one reference item each. Prints one JSON line per version.
+    /// Jobs done before reference items stay never collected until
+    /// `mediaonce refs seal`. Running it twice changes nothing.
     Rebuild {
         /// Where the objects are: s3://bucket or s3://bucket/prefix.
         location: String,
@@ -24,11 +24,10 @@ pub enum RefsCommand {
         #[arg(long)]
         dry_run: bool,
     },
-    /// Declare the rebuilt counts complete, once every bucket and prefix the
-    /// function's objects live in has been rebuilt: adopted jobs become
-    /// collectable when their count reaches 0, and a job still uncounted
-    /// (no object referenced it) is collected after the grace. Prints one
-    /// JSON line per job.
+    /// Declare the references complete, once every bucket and prefix the
+    /// function's objects live in has been rebuilt: every job done before
+    /// reference items is marked, and after the grace the sweep collects
+    /// those no object references. Prints one JSON line per job.
     Seal {
         /// List the jobs; change nothing.
         #[arg(long)]
