@@ -49,9 +49,11 @@ mod references;
 
 pub use batch::handle_batch;
 pub use collect::Collected;
-// For the tests' clock: how far to move it past a collector's lease.
+// For the tests' clock: how far to move it past a collector's lease, and
+// past a release's mark.
 #[cfg(any(test, feature = "testing"))]
 pub use collect::COLLECT_LEASE;
+#[cfg(any(test, feature = "testing"))]
 pub use references::MARK_SETTLE_MS;
 pub use outputs::RecipeOutputs;
 pub use rebuild::{NotReferenced, RebuildSummary, RebuiltVersion, SealedRow};
