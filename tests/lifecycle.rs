@@ -5,14 +5,22 @@
 //! id; SQS's redelivery: the same one), joined by creates without a
 //! sequencer or an ETag (as `reprocess` and `backfill` send them) racing
 //! the operations after them, with workers crashing at random calls and
-//! claims throttled. The oracle, at every deletion a collector makes: no
+//! claims throttled. The versioned runs begin with objects uploaded before
+//! versioning was enabled (`null` versions, later deleted as such or
+//! shadowed by newer versions); one of them releases on delete markers
+//! (`MEDIAONCE_RELEASE_ON_DELETE_MARKER=true`, new versions written after
+//! the markers). One job's outputs can never be deleted (Object Lock, as
+//! it were): its collections fail, and every other job is still collected.
+//! The oracle, at every deletion a collector makes: no
 //! object under a job's prefix is deleted while a version that exists
 //! uses the job and has had a create acknowledged since it was written
 //! (from that moment its outputs were promised). When everything is
 //! drained and the grace has passed:
-//! - every object version that exists has its job `done`, with `refs` =
-//!   the versions using it, and its outputs present;
-//! - every job no version uses is collected: no row, no outputs;
+//! - every object version that exists (and, releasing on markers, is not
+//!   hidden by one) has its job `done`, with one reference item per
+//!   version using it, and its outputs present;
+//! - every job no version uses is collected: no row, no outputs (the
+//!   failing job excepted; the sweep reports only it);
 //! - no output prefix exists without a row.
 //!
 //! LocalStack gives every event the same `sequencer`: the unversioned run
@@ -33,13 +41,14 @@ use std::sync::{Arc, Mutex};
 use aws_lambda_events::event::sqs::SqsMessage;
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::{handle_before, Options, Pipeline};
-use mediaonce::config::{ENV_GC_GRACE_SECS, ENV_LEASE_MARGIN_SECS};
+use mediaonce::config::{ENV_GC_GRACE_SECS, ENV_LEASE_MARGIN_SECS, ENV_RELEASE_ON_DELETE_MARKER};
+use mediaonce::error::ErrorKind;
 use mediaonce::event::{created_notification, decode_key};
 use mediaonce::faults::{Call, FaultPlan};
 use mediaonce::fingerprint::ObjectHead;
 use mediaonce::key::{job_key, sha256_hex};
 use mediaonce::ledger::{JobRow, JobStatus, RetryPolicy};
-use mediaonce::references::VERSION_ROW_PREFIX;
+use mediaonce::references::{VersionName, VERSION_ROW_PREFIX};
 use mediaonce::step::MANIFEST_NAME;
 use mediaonce::store::s3::S3Objects;
 use mediaonce::store::{
@@ -65,6 +74,18 @@ const REDELIVERIES: f64 = 0.10;
 /// sweep runs past it.
 const GRACE_SECS: u64 = 3_600;
 const HOUR_MS: i64 = 3_600_000;
+/// Objects the versioned runs upload before versioning is enabled.
+const NULL_VERSIONS: usize = 6;
+
+/// Which bucket, and what a delete marker does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Unversioned,
+    Versioned,
+    /// Versioned, `MEDIAONCE_RELEASE_ON_DELETE_MARKER=true`: a marker
+    /// releases the versions it hides.
+    ReleasingOnMarkers,
+}
 
 /// One object version the test created, and whether it still exists.
 #[derive(Debug, Clone)]
@@ -81,13 +102,16 @@ struct Version {
 }
 
 /// The oracle: an object client that, at every DeleteObjects under
-/// `derived/<job>/`, records a violation when the job is promised.
+/// `derived/<job>/`, records a violation when the job is promised. A
+/// DeleteObjects under the failing job's prefix always fails.
 #[derive(Debug, Clone)]
 struct Oracle {
     inner: Arc<S3Objects>,
     promised: Arc<Mutex<BTreeSet<String>>>,
     violations: Arc<Mutex<Vec<String>>>,
     deletions: Arc<Mutex<usize>>,
+    failing_job: Arc<Mutex<Option<String>>>,
+    refused: Arc<Mutex<usize>>,
 }
 
 #[async_trait::async_trait]
@@ -126,6 +150,17 @@ impl ObjectClient for Oracle {
         self.inner.list_objects(bucket, prefix, from).await
     }
     async fn delete_objects(&self, bucket: &str, keys: &[String]) -> Result<(), DeleteError> {
+        if let Some(failing) = self.failing_job.lock().unwrap().as_deref() {
+            let prefix = format!("derived/{failing}/");
+            if keys.iter().any(|key| key.starts_with(&prefix)) {
+                *self.refused.lock().unwrap() += 1;
+                return Err(DeleteError {
+                    bucket: bucket.to_string(),
+                    message: format!("AccessDenied: {prefix} is locked (the soak's failing job)"),
+                    kind: ErrorKind::Other,
+                });
+            }
+        }
         {
             let promised = self.promised.lock().unwrap();
             let mut violations = self.violations.lock().unwrap();
@@ -158,6 +193,7 @@ struct Event {
 
 struct Soak {
     p: Pipeline,
+    mode: Mode,
     versioned: bool,
     rng: fastrand::Rng,
     contents: Vec<Vec<u8>>,
@@ -214,6 +250,11 @@ impl Soak {
 
     async fn create(&mut self, key: String, content: usize) {
         let put = self.p.put(&key, &self.contents[content], true).await;
+        // Before versioning: the null version (S3 gives no version id).
+        let version_id = match put.version_id {
+            None if self.versioned => Some("null".to_string()),
+            id => id,
+        };
         if !self.versioned {
             // The key's bytes are replaced: the old version is gone.
             for old in self.versions.iter_mut().filter(|v| v.key == key) {
@@ -222,7 +263,7 @@ impl Soak {
         }
         self.versions.push(Version {
             key: key.clone(),
-            version_id: put.version_id,
+            version_id,
             etag: put.e_tag.unwrap_or_default().trim_matches('"').to_string(),
             content,
             exists: true,
@@ -252,8 +293,14 @@ impl Soak {
             .expect("delete");
         if !marker {
             self.versions[index].exists = false;
-            self.promise();
+        } else if self.mode == Mode::ReleasingOnMarkers {
+            // Every version the marker hides is released: for the
+            // references, gone.
+            for hidden in self.versions.iter_mut().filter(|v| v.key == version.key) {
+                hidden.exists = false;
+            }
         }
+        self.promise();
         self.take_event(&version.key, "ObjectRemoved:").await;
     }
 
@@ -296,15 +343,18 @@ impl Soak {
             .as_str()
             .filter(|v| *v != "null");
         let etag = record["s3"]["object"]["eTag"].as_str();
+        let versioned = self.versioned;
         for version in self.versions.iter_mut().filter(|v| {
             v.exists
                 && v.key == key
-                && (version_id.is_none() || v.version_id.as_deref() == version_id)
+                && match version_id {
+                    Some(id) => v.version_id.as_deref() == Some(id),
+                    // In a versioned bucket, the null version's create.
+                    None => !versioned || v.version_id.as_deref() == Some("null"),
+                }
                 && etag.is_none_or(|etag| etag.trim_matches('"') == v.etag)
         }) {
-            if version_id.is_some() || !self.versioned {
-                version.promised = true;
-            }
+            version.promised = true;
         }
         self.promise();
     }
@@ -321,6 +371,12 @@ impl Soak {
         let n = self.contents.len();
         self.contents
             .push(format!("content {n}: {}", self.rng.u64(..)).into_bytes());
+        if n == 0 {
+            // The first content's first job is the one whose outputs can
+            // never be deleted.
+            let job = self.jobs_of(0).swap_remove(0);
+            *self.oracle.failing_job.lock().unwrap() = Some(job);
+        }
         n
     }
 
@@ -339,10 +395,18 @@ impl Soak {
             };
             self.create(format!("up/{op}.bin"), content).await;
         } else if roll < 0.75 {
-            // An overwrite (unversioned) or a new version of a key in use.
-            let key = self.versions[live[self.rng.usize(0..live.len())]]
-                .key
-                .clone();
+            // An overwrite (unversioned) or a new version of a key in use
+            // (versioned, half the time any key: one behind a delete
+            // marker gets a version after the marker).
+            let key = if self.versioned && self.rng.bool() {
+                self.versions[self.rng.usize(0..self.versions.len())]
+                    .key
+                    .clone()
+            } else {
+                self.versions[live[self.rng.usize(0..live.len())]]
+                    .key
+                    .clone()
+            };
             let content = if self.rng.bool() {
                 self.rng.usize(0..self.contents.len())
             } else {
@@ -451,6 +515,7 @@ impl Soak {
         for job in report.jobs() {
             *self.outcomes.entry(job.outcome.as_str()).or_default() += 1;
         }
+
         let back: BTreeSet<String> = if let Some((call, _)) = crash {
             *self.crashes.entry(format!("{call:?}")).or_default() += 1;
             batch.iter().filter_map(|m| m.message_id.clone()).collect()
@@ -531,7 +596,8 @@ async fn scan(p: &Pipeline) -> Vec<BTreeMap<String, AttributeValue>> {
     }
 }
 
-async fn lifecycle(versioned: bool) {
+async fn lifecycle(mode: Mode) {
+    let versioned = mode != Mode::Unversioned;
     let ops: usize = std::env::var("LIFECYCLE_OPS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -541,15 +607,11 @@ async fn lifecycle(versioned: bool) {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| fastrand::u64(..));
     println!(
-        "lifecycle ({}): {ops} operations, seed {seed} (LIFECYCLE_SEED={seed} repeats it)",
-        if versioned {
-            "versioned"
-        } else {
-            "unversioned"
-        }
+        "lifecycle ({mode:?}): {ops} operations, seed {seed} (LIFECYCLE_SEED={seed} repeats it)"
     );
     let p = Pipeline::new(Options {
-        versioned,
+        // The versioned runs enable versioning after their null versions.
+        versioned: false,
         separate_output_bucket: true,
         recipes: Some(RECIPES.into()),
         vars: vec![
@@ -558,12 +620,17 @@ async fn lifecycle(versioned: bool) {
                 if versioned { GRACE_SECS } else { 0 }.to_string(),
             ),
             (ENV_LEASE_MARGIN_SECS, "0".into()),
+            (
+                ENV_RELEASE_ON_DELETE_MARKER,
+                (mode == Mode::ReleasingOnMarkers).to_string(),
+            ),
         ],
     })
     .await;
     let p_s3 = p.s3.clone();
     let mut soak = Soak {
         p,
+        mode,
         versioned,
         rng: fastrand::Rng::with_seed(seed),
         contents: Vec::new(),
@@ -582,10 +649,24 @@ async fn lifecycle(versioned: bool) {
             promised: Arc::default(),
             violations: Arc::default(),
             deletions: Arc::default(),
+            failing_job: Arc::default(),
+            refused: Arc::default(),
         },
         hints: 0,
         throttled: 0,
     };
+    if versioned {
+        // Objects from before versioning: their null versions.
+        for n in 0..NULL_VERSIONS {
+            let content = if n % 3 == 2 {
+                soak.rng.usize(0..soak.contents.len())
+            } else {
+                soak.new_content()
+            };
+            soak.create(format!("before/{n}.bin"), content).await;
+        }
+        soak.p.enable_versioning().await;
+    }
     // Operations and deliveries interleave: the handler meets keys that
     // change under it, and deletes that come before their creates.
     for op in 0..ops {
@@ -614,7 +695,12 @@ async fn lifecycle(versioned: bool) {
         seed,
     );
     let sweep = sweeper.collect_due(false).await.expect("the sweep");
-    assert!(sweep.failures.is_empty(), "{:?}", sweep.failures);
+    let failing = soak.oracle.failing_job.lock().unwrap().clone().unwrap();
+    assert!(
+        sweep.failures.iter().all(|f| f.job_key == failing),
+        "only the failing job's collection fails: {:?}",
+        sweep.failures
+    );
     soak.check_oracle();
     let collected = sweep.collected;
 
@@ -649,9 +735,9 @@ async fn lifecycle(versioned: bool) {
         prefixes.insert(job.to_string());
     }
     println!(
-        "lifecycle ({}, seed {seed}): {} versions created, {} exist, {} jobs in use; {} events, {} deliveries ({} hints without order) in {} batches; crashes {:?}, {} claims throttled; job outcomes {:?}; {} objects deleted by collectors, none promised; {} collected by the final sweep; {} job rows, {} version rows; {} step runs",
-        if versioned { "versioned" } else { "unversioned" },
+        "lifecycle ({mode:?}, seed {seed}): {} versions created ({} null), {} exist, {} jobs in use; {} events, {} deliveries ({} hints without order) in {} batches; crashes {:?}, {} claims throttled; job outcomes {:?}; {} objects deleted by collectors, none promised; {} DeleteObjects of the failing job refused, {} failed in the final sweep; {} collected by the final sweep; {} job rows, {} version rows; {} step runs",
         soak.versions.len(),
+        soak.versions.iter().filter(|v| v.version_id.as_deref() == Some("null")).count(),
         soak.versions.iter().filter(|v| v.exists).count(),
         expected.len(),
         soak.events.len(),
@@ -662,6 +748,8 @@ async fn lifecycle(versioned: bool) {
         soak.throttled,
         soak.outcomes,
         *soak.oracle.deletions.lock().unwrap(),
+        *soak.oracle.refused.lock().unwrap(),
+        sweep.failures.len(),
         collected.len(),
         rows.len(),
         version_rows,
@@ -674,11 +762,38 @@ async fn lifecycle(versioned: bool) {
             .get(key)
             .unwrap_or_else(|| panic!("job {key} of a live version has no row"));
         assert_eq!(row.status, JobStatus::Done, "{row:?}");
-        assert_eq!(
-            ref_counts.get(key).copied().unwrap_or(0),
-            *refs,
-            "references of {key}: {row:?}"
-        );
+        if ref_counts.get(key).copied().unwrap_or(0) != *refs {
+            // Which versions lack their item (or which items are extra).
+            let items: BTreeSet<String> = p
+                .app
+                .ledger
+                .references(key)
+                .await
+                .unwrap()
+                .into_iter()
+                .collect();
+            for v in soak
+                .versions
+                .iter()
+                .filter(|v| soak.jobs_of(v.content).contains(key))
+            {
+                let row_key = VersionName {
+                    bucket: p.bucket.clone(),
+                    key: v.key.clone(),
+                    version_id: v.version_id.clone().filter(|id| id != "null"),
+                }
+                .row_key();
+                println!(
+                    "{v:?}: item {}",
+                    if items.contains(&row_key) {
+                        "present"
+                    } else {
+                        "missing"
+                    }
+                );
+            }
+            panic!("references of {key}: {items:?}, {refs} live versions: {row:?}");
+        }
         assert!(row.ref_items);
         let files = p.output_keys(&format!("derived/{key}/")).await;
         assert!(
@@ -696,26 +811,44 @@ async fn lifecycle(versioned: bool) {
     );
     let uncollected: Vec<&JobRow> = rows
         .values()
-        .filter(|row| !live.contains(&row.job_key))
+        .filter(|row| !live.contains(&row.job_key) && row.job_key != failing)
         .collect();
     assert!(
         uncollected.is_empty(),
         "every job no version uses is collected: {uncollected:#?}"
     );
-    let prefixed: BTreeSet<&String> = prefixes.iter().collect();
+    let prefixed: BTreeSet<&String> = prefixes.iter().filter(|p| **p != failing).collect();
+    let live_but_failing: BTreeSet<&String> =
+        live.iter().copied().filter(|j| **j != failing).collect();
     assert_eq!(
-        prefixed.symmetric_difference(&live).collect::<Vec<_>>(),
+        prefixed
+            .symmetric_difference(&live_but_failing)
+            .collect::<Vec<_>>(),
         Vec::<&&String>::new(),
         "no prefix without a row, none missing"
     );
+    if live.contains(&failing) {
+        assert!(prefixes.contains(&failing), "the failing job is live");
+    } else if rows.contains_key(&failing) {
+        // Released and not live: its collections were tried and failed
+        // (the final sweep's, or a back-off still ahead), and its
+        // outputs are all still there.
+        assert!(*soak.oracle.refused.lock().unwrap() > 0);
+        assert!(prefixes.contains(&failing));
+    }
 }
 
 #[tokio::test]
 async fn lifecycle_soak_unversioned() {
-    lifecycle(false).await;
+    lifecycle(Mode::Unversioned).await;
 }
 
 #[tokio::test]
 async fn lifecycle_soak_versioned() {
-    lifecycle(true).await;
+    lifecycle(Mode::Versioned).await;
+}
+
+#[tokio::test]
+async fn lifecycle_soak_releasing_on_delete_markers() {
+    lifecycle(Mode::ReleasingOnMarkers).await;
 }

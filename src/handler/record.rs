@@ -191,9 +191,15 @@ async fn process_record(
     };
 
     let fingerprint = &identified.fingerprint;
-    // The version as headed: in a versioned bucket the event's version.
+    // The version as headed: in a versioned bucket the event's version
+    // (the `null` one named as in every other record: no id).
     let version = VersionName {
-        version_id: identified.bytes.head.version_id.clone(),
+        version_id: identified
+            .bytes
+            .head
+            .version_id
+            .clone()
+            .filter(|id| id != "null"),
         ..version
     };
     let wanted: BTreeSet<String> = rules
@@ -372,13 +378,46 @@ async fn collect_now(app: &App, released: &[String]) {
 
 /// HeadObject of the record's object version; `Err` with the outcome when
 /// there is nothing to claim.
+///
+/// A record without a version id names the key's current version, or its
+/// `null` version: S3's own event of an object put before versioning was
+/// enabled has no version id, and by the time it is handled newer versions
+/// (or a delete marker) may stand over it. So when the current version is
+/// another (a real version id) or there is none, and the record has an
+/// ETag, the `null` version is headed too: holding the record's bytes, it
+/// is the version the record names, read as `versionId=null`.
 async fn head_for_record(
     app: &App,
     record: &S3Record,
     object: &ObjectRef,
 ) -> Result<ObjectHead, (Outcome, String)> {
-    match app.store.head(object).await {
-        Ok(Some(head))
+    let head = app
+        .store
+        .head(object)
+        .await
+        .map_err(|err| (Outcome::Failed, err.to_string()))?;
+    let over_null = object.version_id.is_none()
+        && record.etag.is_some()
+        && head.as_ref().is_none_or(|h| h.version_id.is_some());
+    let null_version = if over_null {
+        let null = ObjectRef {
+            version_id: Some("null".into()),
+            ..object.clone()
+        };
+        app.store
+            .head(&null)
+            .await
+            .map_err(|err| (Outcome::Failed, err.to_string()))?
+            .filter(|h| !replaced_since_event(record.etag.as_deref(), None, h))
+    } else {
+        None
+    };
+    match (null_version, head) {
+        (Some(null), _) => Ok(ObjectHead {
+            version_id: Some("null".into()),
+            ..null
+        }),
+        (None, Some(head))
             if replaced_since_event(
                 record.etag.as_deref(),
                 record.version_id.as_deref(),
@@ -394,8 +433,7 @@ async fn head_for_record(
                 ),
             ))
         }
-        Ok(Some(head)) => Ok(head),
-        Ok(None) => Err((Outcome::Skipped, format!("{object} is gone (NoSuchKey)"))),
-        Err(err) => Err((Outcome::Failed, err.to_string())),
+        (None, Some(head)) => Ok(head),
+        (None, None) => Err((Outcome::Skipped, format!("{object} is gone (NoSuchKey)"))),
     }
 }

@@ -215,8 +215,9 @@ async fn seen_now(app: &App, version: &VersionName) -> Result<Seen, String> {
 
 /// HeadObject of exactly `version`; `None` when it does not exist. The
 /// `null` version is headed as such: a plain HEAD names the key's current
-/// version, which in a versioned bucket may be another one, and then the
-/// null version is headed by its id, `null`.
+/// version, which in a versioned bucket may be another one (or nothing,
+/// under a delete marker), and then the null version is headed by its id,
+/// `null`.
 pub(super) async fn head_version(
     app: &App,
     version: &VersionName,
@@ -228,7 +229,12 @@ pub(super) async fn head_version(
         if_match: None,
     };
     let head = app.store.head(&object).await.map_err(|e| e.to_string())?;
-    if !(version.is_unversioned() && head.as_ref().is_some_and(|h| h.version_id.is_some())) {
+    // A plain HEAD answers for the null version when it finds no version
+    // id. It finds another version when versioning came after the null
+    // one, and nothing when a delete marker is current: then only a HEAD
+    // of `null` itself says whether the null version exists.
+    let current_is_null = head.as_ref().is_some_and(|h| h.version_id.is_none());
+    if !version.is_unversioned() || current_is_null {
         return Ok(head);
     }
     object.version_id = Some("null".into());

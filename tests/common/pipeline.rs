@@ -97,16 +97,7 @@ impl Pipeline {
             .await
             .expect("create bucket");
         if options.versioned {
-            s3.put_bucket_versioning()
-                .bucket(&bucket)
-                .versioning_configuration(
-                    VersioningConfiguration::builder()
-                        .status(BucketVersioningStatus::Enabled)
-                        .build(),
-                )
-                .send()
-                .await
-                .expect("enable versioning");
+            enable_versioning(&s3, &bucket).await;
         }
         let output_bucket = if options.separate_output_bucket {
             let out = unique("out");
@@ -255,6 +246,12 @@ impl Pipeline {
             store,
             Queue::sqs(self.sqs.clone()),
         ))
+    }
+
+    /// Enables versioning on the input bucket (objects already there keep
+    /// their `null` version).
+    pub async fn enable_versioning(&self) {
+        enable_versioning(&self.s3, &self.bucket).await;
     }
 
     /// Uploads an object; with `sha256`, S3 stores its full-object SHA-256.
@@ -464,6 +461,19 @@ pub fn claim_request(
 }
 
 /// A ledger on a new, empty DynamoDB table.
+async fn enable_versioning(s3: &aws_sdk_s3::Client, bucket: &str) {
+    s3.put_bucket_versioning()
+        .bucket(bucket)
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("enable versioning");
+}
+
 pub async fn fresh_ledger() -> Ledger {
     let sdk = mediaonce::aws::load_sdk_config().await;
     let client = mediaonce::aws::dynamodb_client(&sdk);
