@@ -46,10 +46,19 @@ pub(super) async fn process_body(
     };
     let mut jobs = Vec::new();
     let mut errors = Vec::new();
+    // A record equal to an earlier one of the body is the same hint: the
+    // earlier one brought its version in line with S3 moments ago, so it
+    // shares that record's outcome instead of reconciling again.
+    let mut handled: Vec<(&S3Record, Vec<JobReport>)> = Vec::new();
     for record in &records {
+        if let Some((_, reports)) = handled.iter().find(|(seen, _)| *seen == record) {
+            jobs.extend(reports.iter().cloned());
+            continue;
+        }
         let (reports, error) = process_record(app, batch, invocation, &message_id, record).await;
-        jobs.extend(reports);
+        jobs.extend(reports.iter().cloned());
         errors.extend(error);
+        handled.push((record, reports));
     }
     MessageReport {
         message_id,
