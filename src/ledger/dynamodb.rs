@@ -3,6 +3,7 @@
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
@@ -193,7 +194,38 @@ impl DynamoDbTable {
             },
         }
     }
+
+    /// An UpdateItem of `job_key`'s row on the condition that the collector
+    /// `owner` still holds it ([`HELD_BY_COLLECTOR`]), returning the row on
+    /// a failed condition; the caller adds what it sets.
+    fn collector_update(&self, job_key: &str, owner: &str) -> UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(job_key))
+            .condition_expression(HELD_BY_COLLECTOR)
+            .expression_attribute_names("#owner", attr::OWNER)
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_values(":me", s(owner))
+            .expression_attribute_values(":collecting", s(JobStatus::Collecting.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+    }
+
+    /// A conditional UpdateItem sent: applied, or rejected with the row.
+    async fn send_conditional(
+        &self,
+        job_key: &str,
+        update: UpdateItemFluentBuilder,
+    ) -> Result<Conditional<()>, LedgerError> {
+        Ok(match self.update_outcome(job_key, update.send().await)? {
+            Ok(_) => Conditional::Applied(()),
+            Err(rejected) => rejected,
+        })
+    }
 }
+
+/// The condition of a collector's writes: it still holds the row.
+const HELD_BY_COLLECTOR: &str = "#owner = :me AND #status = :collecting";
 
 #[async_trait::async_trait]
 impl LedgerTable for DynamoDbTable {
@@ -590,33 +622,21 @@ impl LedgerTable for DynamoDbTable {
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
         let update = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(attr::JOB_KEY, s(job_key))
-            .expression_attribute_names("#owner", attr::OWNER)
-            .expression_attribute_names("#status", attr::STATUS)
+            .collector_update(job_key, owner)
             .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
             .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
-            .expression_attribute_values(":me", s(owner))
-            .expression_attribute_values(":collecting", s(JobStatus::Collecting.as_str()))
             .expression_attribute_values(":done", s(JobStatus::Done.as_str()))
-            .expression_attribute_values(":now", n(now_ms))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+            .expression_attribute_values(":now", n(now_ms));
         let set = "SET #status = :done, #lease = :now, #updated = :now";
-        let owned = "#owner = :me AND #status = :collecting";
         let update = match clear_mark {
             Some(mark) => update
                 .update_expression(format!("{set} REMOVE #mark"))
-                .condition_expression(format!("{owned} AND #mark = :mark"))
+                .condition_expression(format!("{HELD_BY_COLLECTOR} AND #mark = :mark"))
                 .expression_attribute_names("#mark", ref_attr::FREE_MARK)
                 .expression_attribute_values(":mark", s(mark)),
-            None => update.update_expression(set).condition_expression(owned),
+            None => update.update_expression(set),
         };
-        Ok(match self.update_outcome(job_key, update.send().await)? {
-            Ok(_) => Conditional::Applied(()),
-            Err(rejected) => rejected,
-        })
+        self.send_conditional(job_key, update).await
     }
 
     async fn start_deletes(
@@ -626,26 +646,12 @@ impl LedgerTable for DynamoDbTable {
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
         let update = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(attr::JOB_KEY, s(job_key))
+            .collector_update(job_key, owner)
             .update_expression("SET #deletes = :now, #updated = :now")
-            .condition_expression("#owner = :me AND #status = :collecting")
             .expression_attribute_names("#deletes", attr::DELETES_STARTED_AT_MS)
             .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
-            .expression_attribute_names("#owner", attr::OWNER)
-            .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_values(":now", n(now_ms))
-            .expression_attribute_values(":me", s(owner))
-            .expression_attribute_values(":collecting", s(JobStatus::Collecting.as_str()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        Ok(match self.update_outcome(job_key, update)? {
-            Ok(_) => Conditional::Applied(()),
-            Err(rejected) => rejected,
-        })
+            .expression_attribute_values(":now", n(now_ms));
+        self.send_conditional(job_key, update).await
     }
 
     async fn mark_released(
@@ -665,13 +671,8 @@ impl LedgerTable for DynamoDbTable {
             .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
             .expression_attribute_names("#key", attr::JOB_KEY)
             .expression_attribute_values(":nonce", s(nonce))
-            .expression_attribute_values(":now", n(now_ms))
-            .send()
-            .await;
-        Ok(match self.update_outcome(job_key, update)? {
-            Ok(_) => Conditional::Applied(()),
-            Err(rejected) => rejected,
-        })
+            .expression_attribute_values(":now", n(now_ms));
+        self.send_conditional(job_key, update).await
     }
 
     async fn query_refs(
@@ -756,7 +757,7 @@ impl LedgerTable for DynamoDbTable {
             .delete_item()
             .table_name(&self.table)
             .key(attr::JOB_KEY, s(job_key))
-            .condition_expression("#owner = :me AND #status = :collecting")
+            .condition_expression(HELD_BY_COLLECTOR)
             .expression_attribute_names("#owner", attr::OWNER)
             .expression_attribute_names("#status", attr::STATUS)
             .expression_attribute_values(":me", s(owner))
@@ -777,32 +778,18 @@ impl LedgerTable for DynamoDbTable {
 
     async fn defer_collect(&self, request: &DeferCollect) -> Result<Conditional<()>, LedgerError> {
         let update = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(attr::JOB_KEY, s(&request.job_key))
+            .collector_update(&request.job_key, &request.owner)
             .update_expression(
                 "SET #lease = :now, #updated = :now, #retry = :retry ADD #failures :one",
             )
-            .condition_expression("#owner = :me AND #status = :collecting")
             .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
             .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
             .expression_attribute_names("#retry", attr::COLLECT_RETRY_AT_MS)
             .expression_attribute_names("#failures", attr::COLLECT_FAILURES)
-            .expression_attribute_names("#owner", attr::OWNER)
-            .expression_attribute_names("#status", attr::STATUS)
             .expression_attribute_values(":now", n(request.now_ms))
             .expression_attribute_values(":retry", n(request.retry_at_ms))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":me", s(&request.owner))
-            .expression_attribute_values(":collecting", s(JobStatus::Collecting.as_str()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        Ok(match self.update_outcome(&request.job_key, update)? {
-            Ok(_) => Conditional::Applied(()),
-            Err(rejected) => rejected,
-        })
+            .expression_attribute_values(":one", n(1));
+        self.send_conditional(&request.job_key, update).await
     }
 
     async fn scan_collectable(
@@ -851,11 +838,7 @@ impl LedgerTable for DynamoDbTable {
             .expression_attribute_values(":mark", s(&super::seal_mark(&row.job_key, now_ms)))
             .expression_attribute_values(":now", n(now_ms))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        let result = update.send().await;
-        Ok(match self.update_outcome(&row.job_key, result)? {
-            Ok(_) => Conditional::Applied(()),
-            Err(rejected) => rejected,
-        })
+        self.send_conditional(&row.job_key, update).await
     }
 }
 

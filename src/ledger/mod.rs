@@ -886,7 +886,10 @@ impl Ledger {
     }
 
     /// Whether any version references `job_key`: one consistent Query per
-    /// shard, one item each, stopping at the first found.
+    /// shard, one item each, stopping at the first found. One after another
+    /// on purpose: a sweep is not waited on, and a job still referenced
+    /// (the usual answer) stops at its first shard found, where sixteen
+    /// concurrent Queries would pay for all sixteen.
     pub async fn has_references(&self, job_key: &str) -> Result<bool, LedgerError> {
         for shard in 0..crate::references::REF_SHARDS {
             let (page, _) = self
