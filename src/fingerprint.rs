@@ -20,6 +20,9 @@ use crate::key::sha256_hex;
 pub struct ObjectHead {
     pub bucket: String,
     pub key: String,
+    /// The id the version was headed by: `null` when S3's null version was
+    /// headed by that id under newer versions, so reads through this head
+    /// stay pinned to it. [`ObjectHead::version_name`] names the version.
     pub version_id: Option<String>,
     /// Without quotes.
     pub etag: String,
@@ -37,6 +40,15 @@ pub struct ObjectHead {
     /// (`x-amz-meta-sha256`). Never trusted as a key: compared with a
     /// computed hash, and a mismatch is a warning.
     pub declared_sha256: Option<String>,
+}
+
+impl ObjectHead {
+    /// The version's name: its id, `None` for S3's `null` version however
+    /// it was headed (plainly in an unversioned bucket, or as
+    /// `versionId=null` under newer versions). Keys and rows use this.
+    pub fn version_name(&self) -> Option<&str> {
+        self.version_id.as_deref().filter(|id| *id != "null")
+    }
 }
 
 /// The user metadata key (`x-amz-meta-sha256`) whose value is a declared hash.
@@ -104,7 +116,7 @@ pub fn version_etag(head: &ObjectHead) -> Fingerprint {
         "s3-version-etag\n{}\n{}\n{}\n{}",
         head.bucket,
         head.key,
-        head.version_id.as_deref().unwrap_or(""),
+        head.version_name().unwrap_or(""),
         head.etag.trim_matches('"'),
     );
     Fingerprint {
@@ -238,6 +250,14 @@ mod tests {
         let expected =
             sha256_hex(b"s3-version-etag\nin\na b.jpg\n\nd41d8cd98f00b204e9800998ecf8427e");
         assert_eq!(fingerprint(&unversioned).input_hash, expected);
+        // The null version headed by its id under newer versions is the
+        // same version, keyed the same.
+        let null_by_id = ObjectHead {
+            version_id: Some("null".into()),
+            ..head()
+        };
+        assert_eq!(fingerprint(&null_by_id).input_hash, expected);
+        assert_eq!(null_by_id.version_name(), None);
     }
 
     #[test]

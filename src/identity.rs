@@ -145,7 +145,7 @@ impl ObjectVersion {
         ObjectVersion {
             bucket: head.bucket.clone(),
             key: head.key.clone(),
-            version_id: head.version_id.clone(),
+            version_id: head.version_name().map(str::to_string),
             etag: head.etag.trim_matches('"').to_string(),
             size: head.size,
             crc64nvme: head.checksum_crc64nvme.clone(),

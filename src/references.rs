@@ -127,6 +127,16 @@ pub struct VersionName {
 }
 
 impl VersionName {
+    /// The version a head names (S3's `null` version as `None`, however
+    /// it was headed).
+    pub fn of_head(head: &crate::fingerprint::ObjectHead) -> Self {
+        VersionName {
+            bucket: head.bucket.clone(),
+            key: head.key.clone(),
+            version_id: head.version_name().map(str::to_string),
+        }
+    }
+
     /// The version row's partition key.
     pub fn row_key(&self) -> String {
         let text = format!(

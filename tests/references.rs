@@ -15,7 +15,9 @@ use aws_lambda_events::event::sqs::SqsMessage;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_s3::primitives::ByteStream;
 use common::{handle_before, Options, Pipeline};
-use mediaonce::config::{default_refs_table, ENV_GC_GRACE_SECS, ENV_RELEASE_ON_DELETE_MARKER};
+use mediaonce::config::{
+    default_refs_table, ENV_GC_GRACE_SECS, ENV_IDENTITY, ENV_RELEASE_ON_DELETE_MARKER,
+};
 use mediaonce::faults::{Call, FaultPlan};
 use mediaonce::fingerprint::{FingerprintSource, ObjectHead};
 use mediaonce::handler::{BatchReport, Outcome};
@@ -672,9 +674,24 @@ async fn finding_5_a_version_written_after_the_marker_stays_counted() {
 /// current version's bytes for it and released its own).
 #[tokio::test]
 async fn finding_6_rebuild_heads_the_null_version_as_itself() {
+    rebuild_of_a_null_version_under_a_newer_one(true).await;
+}
+
+/// The same without S3 checksums and with the hash cache cold: the
+/// rebuild reads the null version's bytes to hash them, pinned to
+/// `versionId=null` (a plain GET would read the current version, whose
+/// ETag differs, and fail the rebuild of that version).
+#[tokio::test]
+async fn rebuild_hashes_the_null_version_not_the_current_one() {
+    rebuild_of_a_null_version_under_a_newer_one(false).await;
+}
+
+async fn rebuild_of_a_null_version_under_a_newer_one(s3_checksums: bool) {
     use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
-    let p = pipeline(false, vec![]).await;
-    p.put("old.bin", b"from before versioning", true).await;
+    // Without S3's checksums, content identity reads the bytes to key them.
+    let p = pipeline(false, vec![(ENV_IDENTITY, "content".to_string())]).await;
+    p.put("old.bin", b"from before versioning", s3_checksums)
+        .await;
     handle_ok(&p, p.receive(1).await).await;
     p.s3.put_bucket_versioning()
         .bucket(&p.bucket)
@@ -686,7 +703,7 @@ async fn finding_6_rebuild_heads_the_null_version_as_itself() {
         .send()
         .await
         .expect("enable versioning");
-    p.put("old.bin", b"after versioning", true).await;
+    p.put("old.bin", b"after versioning", s3_checksums).await;
     handle_ok(&p, p.receive(1).await).await;
     let (old, new) = (
         key_of(&p, b"from before versioning"),
@@ -694,6 +711,24 @@ async fn finding_6_rebuild_heads_the_null_version_as_itself() {
     );
     assert_eq!(refs(&p, &old).await.0, Some(1));
     assert_eq!(refs(&p, &new).await.0, Some(1));
+    if !s3_checksums {
+        // A cold cache: the rebuild must read the bytes to key them.
+        let null = ObjectRef {
+            bucket: p.bucket.clone(),
+            key: "old.bin".into(),
+            version_id: Some("null".into()),
+            if_match: None,
+        };
+        let head = p
+            .app
+            .store
+            .head(&null)
+            .await
+            .unwrap()
+            .expect("the null version");
+        let version = mediaonce::identity::ObjectVersion::of(&head);
+        p.app.ledger.forget_input_hash(&version).await.unwrap();
+    }
 
     let summary = p
         .app

@@ -6,14 +6,14 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 
-use super::identify::{forget_if_disproved, identify};
+use super::identify::{forget_if_disproved, identify, Identified};
 use super::job::{elapsed_ms, BatchJobs, JobRun};
-use super::references::{reconcile_version, Start};
+use super::references::{head_null_version, reconcile_version, Start};
 use super::log::log_job;
 use super::{App, Invocation, JobReport, MessageReport, Outcome};
 use crate::config::RecipeRule;
 use crate::event::{parse_body, EventKind, Notification, S3Record};
-use crate::fingerprint::{replaced_since_event, FingerprintSource, ObjectHead};
+use crate::fingerprint::{replaced_since_event, Fingerprint, FingerprintSource, ObjectHead};
 use crate::key::job_key;
 use crate::references::{Keyed, Seen, VersionName};
 use crate::store::ObjectRef;
@@ -76,43 +76,46 @@ async fn process_record(
     message_id: &str,
     record: &S3Record,
 ) -> (Vec<JobReport>, Option<String>) {
-    let (bucket, key, event) = (&record.bucket, &record.key, &record.event_name);
     let version = VersionName {
-        bucket: bucket.clone(),
-        key: key.clone(),
+        bucket: record.bucket.clone(),
+        key: record.key.clone(),
         version_id: record.version_id.clone(),
     };
+    // One record of a version at a time in the batch.
     let turn = batch.version_turn(&version.row_key());
     let _turn = turn.lock().await;
     match record.kind() {
-        EventKind::Created => {}
-        EventKind::Removed => {
-            return match reconcile_version(app, &version, None, Start::Unknown).await {
-                Ok(done) => {
-                    tracing::info!(message_id, version = %version, event, released = ?done.released, "object version removed: its references reconciled with S3");
-                    collect_now(app, &done.released).await;
-                    (Vec::new(), None)
-                }
-                Err(err) => {
-                    tracing::warn!(message_id, version = %version, event, error = %err, "releasing references failed: the message comes back");
-                    (Vec::new(), Some(err.to_string()))
-                }
-            };
+        EventKind::Created => (
+            process_created(app, batch, invocation, message_id, record).await,
+            None,
+        ),
+        EventKind::Removed | EventKind::DeleteMarker => {
+            (Vec::new(), process_removed(app, message_id, record, &version).await)
         }
-        EventKind::DeleteMarker if app.config.release_on_delete_marker => {
-            return match reconcile_every_version(app, &version).await {
-                Ok(released) => {
-                    tracing::info!(message_id, bucket, key, event, released = ?released, "delete marker: the references of every version it hides released");
-                    collect_now(app, &released).await;
-                    (Vec::new(), None)
-                }
-                Err(err) => {
-                    tracing::warn!(message_id, bucket, key, event, error = %err, "releasing references failed: the message comes back");
-                    (Vec::new(), Some(err))
-                }
-            };
+        EventKind::Other => {
+            tracing::info!(
+                message_id,
+                bucket = record.bucket,
+                key = record.key,
+                event = record.event_name,
+                "not an ObjectCreated event: acknowledged, no job"
+            );
+            (Vec::new(), None)
         }
-        EventKind::DeleteMarker => {
+    }
+}
+
+/// A removed version (or a delete marker) reconciled with S3; `Some` with
+/// the reason when the message must come back.
+async fn process_removed(
+    app: &App,
+    message_id: &str,
+    record: &S3Record,
+    version: &VersionName,
+) -> Option<String> {
+    let (bucket, key, event) = (&record.bucket, &record.key, &record.event_name);
+    let released = match record.kind() {
+        EventKind::DeleteMarker if !app.config.release_on_delete_marker => {
             tracing::info!(
                 message_id,
                 bucket,
@@ -120,19 +123,37 @@ async fn process_record(
                 event,
                 "delete marker: the versions still exist, nothing released"
             );
-            return (Vec::new(), None);
+            return None;
         }
-        EventKind::Other => {
-            tracing::info!(
-                message_id,
-                bucket,
-                key,
-                event,
-                "not an ObjectCreated event: acknowledged, no job"
-            );
-            return (Vec::new(), None);
+        EventKind::DeleteMarker => reconcile_every_version(app, version).await,
+        _ => reconcile_version(app, version, None, Start::Unknown)
+            .await
+            .map(|done| done.released)
+            .map_err(|err| err.to_string()),
+    };
+    match released {
+        Ok(released) => {
+            tracing::info!(message_id, version = %version, event, released = ?released, "object version removed: its references reconciled with S3");
+            collect_now(app, &released).await;
+            None
+        }
+        Err(err) => {
+            tracing::warn!(message_id, version = %version, event, error = %err, "releasing references failed: the message comes back");
+            Some(err)
         }
     }
+}
+
+/// A created version's jobs: one per matching recipe, keyed by its input
+/// hash, referenced by the version before any is claimed or reused.
+async fn process_created(
+    app: &App,
+    batch: &BatchJobs,
+    invocation: &Invocation,
+    message_id: &str,
+    record: &S3Record,
+) -> Vec<JobReport> {
+    let (bucket, key) = (&record.bucket, &record.key);
     if app.config.is_own_output(bucket, key) {
         tracing::info!(
             message_id,
@@ -140,7 +161,7 @@ async fn process_record(
             key,
             "object is one of our outputs: acknowledged, no job (recursion guard)"
         );
-        return (Vec::new(), None);
+        return Vec::new();
     }
     let rules: Vec<&RecipeRule> = app.config.recipes_for(key);
     if rules.is_empty() {
@@ -150,15 +171,18 @@ async fn process_record(
             key,
             "no recipe matches the key: acknowledged, no job"
         );
-        return (Vec::new(), None);
+        return Vec::new();
     }
-
-    let started = Instant::now();
-    let object = ObjectRef {
-        bucket: bucket.clone(),
-        key: key.clone(),
-        version_id: record.version_id.clone(),
-        if_match: None,
+    let unclaimed = Unclaimed {
+        rules: &rules,
+        started: Instant::now(),
+        message_id,
+        object: ObjectRef {
+            bucket: bucket.clone(),
+            key: key.clone(),
+            version_id: record.version_id.clone(),
+            if_match: None,
+        },
     };
     // Not even the quickest of the record's jobs could start: no HeadObject.
     let quickest = rules
@@ -168,7 +192,7 @@ async fn process_record(
         .unwrap_or_default();
     let head = match app.too_late_to_start(invocation, quickest) {
         Some(reason) => Err((Outcome::Deferred, reason)),
-        None => head_for_record(app, record, &object).await,
+        None => head_for_record(app, record, &unclaimed.object).await,
     };
     let identified = match head {
         Ok(head) => identify(app, batch, head, &rules).await,
@@ -177,40 +201,11 @@ async fn process_record(
     let identified = match identified {
         Ok(identified) => identified,
         // No input hash, no key: report each recipe's job without claiming it.
-        Err((outcome, reason)) => {
-            let reports = rules
-                .iter()
-                .map(|rule| {
-                    let report = JobReport {
-                        job_key: String::new(),
-                        step: rule.recipe.step.clone(),
-                        outcome,
-                        attempt: 0,
-                        duration_ms: elapsed_ms(started),
-                        reason: Some(reason.clone()),
-                        busy_until_ms: None,
-                        input_hash_source: None,
-                    };
-                    log_job(&report, message_id, &object);
-                    report
-                })
-                .collect();
-            return (reports, None);
-        }
+        Err((outcome, reason)) => return unclaimed.report(None, outcome, &reason),
     };
-
     let fingerprint = &identified.fingerprint;
-    // The version as headed: in a versioned bucket the event's version
-    // (the `null` one named as in every other record: no id).
-    let version = VersionName {
-        version_id: identified
-            .bytes
-            .head
-            .version_id
-            .clone()
-            .filter(|id| id != "null"),
-        ..version
-    };
+    // The version as headed: in a versioned bucket the event's version.
+    let version = VersionName::of_head(&identified.bytes.head);
     let wanted: BTreeSet<String> = rules
         .iter()
         .map(|rule| job_key(&fingerprint.input_hash, &rule.recipe_hash))
@@ -235,22 +230,34 @@ async fn process_record(
             } else {
                 Outcome::Failed
             };
-            let reports = report_all(&rules, fingerprint, outcome, &err.message, started);
-            for report in &reports {
-                log_job(report, message_id, &object);
-            }
-            return (reports, None);
+            return unclaimed.report(Some(fingerprint), outcome, &err.message);
         }
     };
     collect_now(app, &referenced.released).await;
     if let Some(stale) = referenced.stale {
         let reason = format!("{stale}: its outputs are not referenced by this version");
-        let reports = report_all(&rules, fingerprint, Outcome::Skipped, &reason, started);
-        for report in &reports {
-            log_job(report, message_id, &object);
-        }
-        return (reports, None);
+        return unclaimed.report(Some(fingerprint), Outcome::Skipped, &reason);
     }
+    let reports = run_jobs(app, batch, invocation, &rules, &identified, &referenced.added).await;
+    forget_if_disproved(app, &identified).await;
+    for report in &reports {
+        log_job(report, message_id, &unclaimed.object);
+    }
+    reports
+}
+
+/// The version's jobs, one per recipe: claimed and run (or reused) once
+/// per batch. A job another record of the batch settled is read again
+/// when this record's reference (`added`) came after that read.
+async fn run_jobs(
+    app: &App,
+    batch: &BatchJobs,
+    invocation: &Invocation,
+    rules: &[&RecipeRule],
+    identified: &Identified,
+    added: &[String],
+) -> Vec<JobReport> {
+    let fingerprint = &identified.fingerprint;
     let mut reports = Vec::with_capacity(rules.len());
     for rule in rules {
         let job_key = job_key(&fingerprint.input_hash, &rule.recipe_hash);
@@ -273,7 +280,7 @@ async fn process_record(
             .await;
         let report = if ran_here {
             report.clone()
-        } else if referenced.added.contains(&job_key) {
+        } else if added.contains(&job_key) {
             // Another record of the batch read the job before this one's
             // reference was written: read it again.
             confirm_done(app, report.seen_again()).await
@@ -282,34 +289,48 @@ async fn process_record(
         };
         reports.push(report);
     }
-    forget_if_disproved(app, &identified).await;
-    for report in &reports {
-        log_job(report, message_id, &object);
-    }
-    (reports, None)
+    reports
 }
 
-/// Every recipe's job reported with one outcome (no claim was made).
-fn report_all(
-    rules: &[&RecipeRule],
-    fingerprint: &crate::fingerprint::Fingerprint,
-    outcome: Outcome,
-    reason: &str,
+/// A record's recipes when no job of it is claimed: each reported with one
+/// outcome and logged.
+struct Unclaimed<'a> {
+    rules: &'a [&'a RecipeRule],
     started: Instant,
-) -> Vec<JobReport> {
-    rules
-        .iter()
-        .map(|rule| JobReport {
-            job_key: job_key(&fingerprint.input_hash, &rule.recipe_hash),
-            step: rule.recipe.step.clone(),
-            outcome,
-            attempt: 0,
-            duration_ms: elapsed_ms(started),
-            reason: Some(reason.to_string()),
-            busy_until_ms: None,
-            input_hash_source: Some(fingerprint.source),
-        })
-        .collect()
+    message_id: &'a str,
+    object: ObjectRef,
+}
+
+impl Unclaimed<'_> {
+    /// Every recipe's job with `outcome`; without an input hash (`None`)
+    /// there is no job key.
+    fn report(
+        &self,
+        fingerprint: Option<&Fingerprint>,
+        outcome: Outcome,
+        reason: &str,
+    ) -> Vec<JobReport> {
+        let reports: Vec<JobReport> = self
+            .rules
+            .iter()
+            .map(|rule| JobReport {
+                job_key: fingerprint
+                    .map(|f| job_key(&f.input_hash, &rule.recipe_hash))
+                    .unwrap_or_default(),
+                step: rule.recipe.step.clone(),
+                outcome,
+                attempt: 0,
+                duration_ms: elapsed_ms(self.started),
+                reason: Some(reason.to_string()),
+                busy_until_ms: None,
+                input_hash_source: fingerprint.map(|f| f.source),
+            })
+            .collect();
+        for report in &reports {
+            log_job(report, self.message_id, &self.object);
+        }
+        reports
+    }
 }
 
 /// A job reused or run by another record of the batch, confirmed by a
@@ -409,23 +430,15 @@ async fn head_for_record(
         && record.etag.is_some()
         && head.as_ref().is_none_or(|h| h.version_id.is_some());
     let null_version = if over_null {
-        let null = ObjectRef {
-            version_id: Some("null".into()),
-            ..object.clone()
-        };
-        app.store
-            .head(&null)
+        head_null_version(app, object)
             .await
-            .map_err(|err| (Outcome::Failed, err.to_string()))?
+            .map_err(|err| (Outcome::Failed, err))?
             .filter(|h| !replaced_since_event(record.etag.as_deref(), None, h))
     } else {
         None
     };
     match (null_version, head) {
-        (Some(null), _) => Ok(ObjectHead {
-            version_id: Some("null".into()),
-            ..null
-        }),
+        (Some(null), _) => Ok(null),
         (None, Some(head))
             if replaced_since_event(
                 record.etag.as_deref(),

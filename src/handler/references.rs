@@ -216,13 +216,12 @@ async fn seen_now(app: &App, version: &VersionName) -> Result<Seen, String> {
 /// HeadObject of exactly `version`; `None` when it does not exist. The
 /// `null` version is headed as such: a plain HEAD names the key's current
 /// version, which in a versioned bucket may be another one (or nothing,
-/// under a delete marker), and then the null version is headed by its id,
-/// `null`.
+/// under a delete marker), and then the null version is headed by its id.
 pub(super) async fn head_version(
     app: &App,
     version: &VersionName,
 ) -> Result<Option<ObjectHead>, String> {
-    let mut object = ObjectRef {
+    let object = ObjectRef {
         bucket: version.bucket.clone(),
         key: version.key.clone(),
         version_id: version.version_id.clone(),
@@ -237,10 +236,24 @@ pub(super) async fn head_version(
     if !version.is_unversioned() || current_is_null {
         return Ok(head);
     }
-    object.version_id = Some("null".into());
-    let head = app.store.head(&object).await.map_err(|e| e.to_string())?;
+    head_null_version(app, &object).await
+}
+
+/// HeadObject of `object`'s key at `versionId=null`: S3's null version
+/// itself, whichever version is current. The head keeps the id `null`, so
+/// reads through it stay pinned to that version.
+pub(super) async fn head_null_version(
+    app: &App,
+    object: &ObjectRef,
+) -> Result<Option<ObjectHead>, String> {
+    let null = ObjectRef {
+        version_id: Some("null".into()),
+        if_match: None,
+        ..object.clone()
+    };
+    let head = app.store.head(&null).await.map_err(|e| e.to_string())?;
     Ok(head.map(|head| ObjectHead {
-        version_id: None,
+        version_id: Some("null".into()),
         ..head
     }))
 }
