@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::key::{json_type, Recipe};
 use crate::lease::{LeasePolicy, DEFAULT_FIXED_LEASE, DEFAULT_LEASE_MARGIN};
+use crate::pipeline::{ChainedInput, Graph, Node};
 use crate::step::BoundStep;
 use crate::steps::StepRegistry;
 
@@ -77,6 +78,16 @@ impl KeyMatch {
 /// A configured recipe, bound to its step, and the objects it applies to.
 #[derive(Debug, Clone)]
 pub struct RecipeRule {
+    /// Its place in `MEDIAONCE_RECIPES`.
+    pub index: usize,
+    /// Its `name`, or its step's when it has none. Not part of the recipe
+    /// hash: renaming a recipe runs nothing again.
+    pub name: String,
+    /// Set when the recipe runs on another recipe's output file instead of
+    /// the upload ([`crate::pipeline`]).
+    pub input: Option<ChainedInput>,
+    /// Whether `name` was given.
+    pub named: bool,
     pub recipe: Recipe,
     /// The recipe hash, computed once.
     pub recipe_hash: String,
@@ -100,6 +111,8 @@ pub struct Config {
     /// Ends with `/` (or is empty).
     pub output_prefix: String,
     pub recipes: Vec<RecipeRule>,
+    /// Which recipes feed which, checked at load.
+    pub graph: Graph,
     pub concurrency: usize,
     pub lease: LeasePolicy,
     /// A job that failed this many times is poisoned: not run again.
@@ -144,12 +157,27 @@ fn metrics_namespace(text: Option<String>) -> Result<String, ConfigError> {
 }
 
 impl Config {
-    /// The recipes that apply to an object at `key`, in configured order.
+    /// The root recipes that apply to an uploaded object at `key`, in
+    /// configured order (the recipes chained to them follow: [`Graph`]).
     pub fn recipes_for(&self, key: &str) -> Vec<&RecipeRule> {
         self.recipes
             .iter()
-            .filter(|rule| rule.key_match.matches(key))
+            .filter(|rule| rule.input.is_none() && rule.key_match.matches(key))
             .collect()
+    }
+
+    /// The recipes that take their input from `rule`'s outputs.
+    pub fn chained_to(&self, rule: &RecipeRule) -> Vec<&RecipeRule> {
+        self.graph
+            .children(rule.index)
+            .iter()
+            .map(|&child| &self.recipes[child])
+            .collect()
+    }
+
+    /// The recipe `rule` takes its input from, if it is chained.
+    pub fn upstream_of(&self, rule: &RecipeRule) -> Option<&RecipeRule> {
+        self.graph.parent(rule.index).map(|up| &self.recipes[up])
     }
 
     /// Reads the process environment.
@@ -187,6 +215,7 @@ impl Config {
             &get(ENV_RECIPES).unwrap_or_else(|| DEFAULT_RECIPES.into()),
             steps,
         )?;
+        let graph = recipe_graph(&recipes)?;
         let concurrency = positive(
             ENV_CONCURRENCY,
             get(ENV_CONCURRENCY),
@@ -269,6 +298,7 @@ impl Config {
             output_bucket,
             output_prefix,
             recipes,
+            graph,
             concurrency,
             lease,
             max_attempts,
@@ -358,7 +388,7 @@ pub fn parse_recipes(text: &str, steps: &StepRegistry) -> Result<Vec<RecipeRule>
         .iter()
         .enumerate()
         .map(|(index, item)| {
-            parse_rule(item, steps).map_err(|p| {
+            parse_rule(index, item, steps).map_err(|p| {
                 // Named by its place and, when it has one, its step.
                 let name = match item.get("step").and_then(Value::as_str) {
                     Some(step) => format!("recipe {index} ({step})"),
@@ -370,11 +400,40 @@ pub fn parse_recipes(text: &str, steps: &StepRegistry) -> Result<Vec<RecipeRule>
         .collect()
 }
 
-fn parse_rule(item: &Value, steps: &StepRegistry) -> Result<RecipeRule, String> {
+/// The recipes' graph: which feed which, checked (a bad graph names the
+/// recipe at fault).
+pub fn recipe_graph(recipes: &[RecipeRule]) -> Result<Graph, ConfigError> {
+    let nodes: Vec<Node> = recipes
+        .iter()
+        .map(|rule| Node {
+            name: rule.name.clone(),
+            named: rule.named,
+            input: rule.input.clone(),
+            has_match: rule.key_match != KeyMatch::default(),
+        })
+        .collect();
+    Graph::new(&nodes).map_err(|e| invalid(ENV_RECIPES, e.to_string()))
+}
+
+fn parse_rule(index: usize, item: &Value, steps: &StepRegistry) -> Result<RecipeRule, String> {
     let mut object = item
         .as_object()
         .cloned()
         .ok_or_else(|| format!("must be an object, got {}", json_type(item)))?;
+    let name = match object.remove("name") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) if !name.trim().is_empty() => Some(name),
+        Some(other) => {
+            return Err(format!(
+                "name must be a non-empty string, got {}",
+                json_type(&other)
+            ))
+        }
+    };
+    let input = match object.remove("input") {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(chained_input(&value)?),
+    };
     let key_match = match object.remove("match") {
         None | Some(Value::Null) => KeyMatch::default(),
         Some(Value::Object(m)) => {
@@ -430,10 +489,48 @@ fn parse_rule(item: &Value, steps: &StepRegistry) -> Result<RecipeRule, String> 
     })?;
     let step = step.bind(&recipe.params)?;
     Ok(RecipeRule {
+        index,
+        named: name.is_some(),
+        name: name.unwrap_or_else(|| recipe.step.clone()),
+        input,
         recipe_hash: recipe.hash(),
         recipe,
         key_match,
         step,
+    })
+}
+
+/// A recipe's `input`: `{"recipe": <name>, "file": <output file name>}`.
+fn chained_input(value: &Value) -> Result<ChainedInput, String> {
+    let object = value
+        .as_object()
+        .ok_or_else(|| format!("input must be an object, got {}", json_type(value)))?;
+    if let Some(unknown) = object
+        .keys()
+        .find(|k| !matches!(k.as_str(), "recipe" | "file"))
+    {
+        return Err(format!(
+            "input has an unknown field {unknown:?} (expected recipe, file)"
+        ));
+    }
+    let field = |name: &str| match object.get(name) {
+        Some(Value::String(text)) if !text.is_empty() => Ok(text.clone()),
+        Some(other) => Err(format!(
+            "input.{name} must be a non-empty string, got {}",
+            json_type(other)
+        )),
+        None => Err(format!("input.{name} is required")),
+    };
+    let file = field("file")?;
+    // A name in the upstream job's manifest: a path under its prefix.
+    if file.starts_with('/') || file.split('/').any(|part| part == ".." || part.is_empty()) {
+        return Err(format!(
+            "input.file {file:?} must name a file of the upstream job's outputs"
+        ));
+    }
+    Ok(ChainedInput {
+        recipe: field("recipe")?,
+        file,
     })
 }
 
@@ -637,5 +734,76 @@ mod tests {
         ] {
             assert_eq!(split_s3_location(bad), None, "{bad}");
         }
+    }
+
+    /// The pipeline of the pipelines issue, as its README documents it.
+    const PIPELINE: &str = r#"[
+      {"name": "poster", "step": "poster", "version": 1, "params": {"at": 0.1}, "match": {"suffix": [".mp4", ".mov"]}},
+      {"name": "poster-thumbs", "step": "thumbnail", "version": 1, "params": {"widths": [320, 1280]}, "input": {"recipe": "poster", "file": "poster.jpg"}},
+      {"name": "hls", "step": "hls-package", "version": 1, "params": {"ladder": ["1080", "720", "360"]}, "match": {"suffix": [".mp4", ".mov"]}}
+    ]"#;
+
+    #[test]
+    fn a_pipeline_loads_with_its_graph() {
+        let c = config(&[(ENV_TABLE, "t"), (ENV_RECIPES, PIPELINE)]).unwrap();
+        let names: Vec<&str> = c.recipes.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["poster", "poster-thumbs", "hls"]);
+        // Uploads start the roots; the chained recipe follows its root.
+        let roots: Vec<&str> = c
+            .recipes_for("v/a.MOV")
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        assert_eq!(roots, ["poster", "hls"]);
+        assert!(c.recipes_for("a.jpg").is_empty());
+        let chained: Vec<&str> = c
+            .chained_to(&c.recipes[0])
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        assert_eq!(chained, ["poster-thumbs"]);
+        assert_eq!(c.upstream_of(&c.recipes[1]).map(|r| r.index), Some(0));
+        // A name is not hashed: the recipe's key is the unnamed one's.
+        let unnamed = config(&[
+            (ENV_TABLE, "t"),
+            (
+                ENV_RECIPES,
+                r#"[{"step": "thumbnail", "version": 1, "params": {"widths": [320, 1280]}}]"#,
+            ),
+        ])
+        .unwrap();
+        assert_eq!(unnamed.recipes[0].recipe_hash, c.recipes[1].recipe_hash);
+        assert_eq!(unnamed.recipes[0].name, "thumbnail");
+    }
+
+    #[test]
+    fn a_bad_pipeline_fails_start_up_naming_the_recipe() {
+        let bad = |recipes: &str| config(&[(ENV_TABLE, "t"), (ENV_RECIPES, recipes)]).unwrap_err();
+        let missing = bad(&PIPELINE.replace(r#""recipe": "poster""#, r#""recipe": "frame""#));
+        assert_eq!(missing.variable, ENV_RECIPES);
+        assert_eq!(
+            missing.problem,
+            "recipe 1 (poster-thumbs): input.recipe \"frame\" names no recipe"
+        );
+        let twice = bad(&PIPELINE.replace(r#""name": "hls""#, r#""name": "poster""#));
+        assert!(
+            twice.problem.starts_with("recipe 2 (poster): the name"),
+            "{twice}"
+        );
+        let matched = bad(&PIPELINE.replace(
+            r#""input": {"recipe": "poster", "file": "poster.jpg"}"#,
+            r#""input": {"recipe": "poster", "file": "poster.jpg"}, "match": {"suffix": ".jpg"}"#,
+        ));
+        assert!(matched.problem.contains("no match of its own"), "{matched}");
+        let escape = bad(&PIPELINE.replace("poster.jpg", "../x.jpg"));
+        assert!(escape.problem.contains("must name a file"), "{escape}");
+        let unknown = bad(&PIPELINE.replace(
+            r#""file": "poster.jpg""#,
+            r#""file": "poster.jpg", "bucket": "b""#,
+        ));
+        assert!(
+            unknown.problem.contains("unknown field \"bucket\""),
+            "{unknown}"
+        );
     }
 }

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::key::json_type;
+use crate::pipeline::HandOn;
 
 /// What one SQS message body holds.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,6 +18,10 @@ pub enum Notification {
     /// One or more S3 event records.
     Records(Vec<S3Record>),
 }
+
+/// The event name of a record made from a hand-on message
+/// ([`crate::pipeline::HandOn`]): a create whose pipeline goes on.
+pub const HAND_ON_EVENT: &str = "mediaonce:PipelineHandOn";
 
 /// The part of an S3 event record that mediaonce uses.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -49,7 +54,10 @@ impl S3Record {
         let name = self.event_name.as_str();
         let marker = self.deletion_type.as_deref() == Some("Delete Marker Created");
         match name {
-            _ if name.starts_with("ObjectCreated:") || name == "Object Created" => {
+            _ if name.starts_with("ObjectCreated:")
+                || name == "Object Created"
+                || name == HAND_ON_EVENT =>
+            {
                 EventKind::Created
             }
             "ObjectRemoved:Delete" | "LifecycleExpiration:Delete" => EventKind::Removed,
@@ -172,6 +180,19 @@ pub fn parse_body(body: &str) -> Result<Notification, BodyError> {
             BodyError::NotS3(problem) => BodyError::NotS3(format!("SNS message: {problem}")),
             other => other,
         });
+    }
+    if HandOn::is_hand_on(&value) {
+        let hand_on = HandOn::from_value(value).map_err(BodyError::NotS3)?;
+        return Ok(Notification::Records(vec![S3Record {
+            event_name: HAND_ON_EVENT.to_string(),
+            bucket: hand_on.bucket,
+            key: hand_on.key,
+            version_id: non_null_version(hand_on.version_id),
+            etag: Some(hand_on.etag),
+            size: Some(hand_on.size),
+            sequencer: None,
+            deletion_type: None,
+        }]));
     }
     if object.get("source").and_then(Value::as_str) == Some("aws.s3")
         && object.contains_key("detail-type")

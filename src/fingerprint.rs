@@ -69,6 +69,9 @@ pub enum FingerprintSource {
     Cached,
     /// Bucket, key, version and ETag: not a hash of the bytes.
     VersionEtag,
+    /// The SHA-256 that the upstream job's manifest records for the file a
+    /// chained job reads (mediaonce hashed it when it wrote the file).
+    UpstreamManifest,
 }
 
 impl FingerprintSource {
@@ -78,6 +81,7 @@ impl FingerprintSource {
             FingerprintSource::Computed => "computed",
             FingerprintSource::Cached => "cached",
             FingerprintSource::VersionEtag => "version-etag",
+            FingerprintSource::UpstreamManifest => "upstream-manifest",
         }
     }
 

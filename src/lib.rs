@@ -66,6 +66,7 @@ pub mod lease;
 pub mod ledger;
 pub mod logging;
 pub mod metrics;
+pub mod pipeline;
 pub mod queue;
 pub mod references;
 pub mod simulate;

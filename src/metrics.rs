@@ -187,6 +187,7 @@ pub(crate) mod tests {
     fn job(step: &str, outcome: Outcome, duration_ms: u64) -> JobReport {
         JobReport {
             job_key: "k".into(),
+            recipe: step.into(),
             step: step.into(),
             outcome,
             attempt: 1,
@@ -194,6 +195,7 @@ pub(crate) mod tests {
             reason: None,
             busy_until_ms: None,
             input_hash_source: None,
+            outputs: None,
         }
     }
 

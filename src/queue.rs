@@ -1,4 +1,5 @@
-//! The queue: handing a busy message back for when its holder's lease ends.
+//! The queue: handing a busy message back for when its holder's lease
+//! ends, and handing a version's pipeline on to another invocation.
 //!
 //! A busy message would otherwise come back after the queue's whole
 //! visibility timeout (at least 6x the function timeout), often far later
@@ -56,9 +57,19 @@ pub struct DelayError {
     pub message: String,
 }
 
-/// The queue call mediaonce makes.
+#[derive(Debug, thiserror::Error)]
+#[error("SendMessage to {queue_url} failed: {message}")]
+pub struct SendError {
+    pub queue_url: String,
+    pub message: String,
+}
+
+/// The queue calls mediaonce makes.
 #[async_trait::async_trait]
 pub trait QueueClient: Send + Sync + std::fmt::Debug {
+    /// SendMessage: `body` is a new message on the queue.
+    async fn send(&self, queue_url: &str, body: &str) -> Result<(), SendError>;
+
     /// ChangeMessageVisibility: the received message is visible again in `seconds`.
     async fn change_visibility(
         &self,
@@ -86,6 +97,11 @@ impl Queue {
         Queue::new(SqsQueue { client })
     }
 
+    /// Sends a new message.
+    pub async fn send(&self, queue_url: &str, body: &str) -> Result<(), SendError> {
+        self.client.send(queue_url, body).await
+    }
+
     /// Makes a received message visible again in `seconds`.
     pub async fn delay(
         &self,
@@ -107,6 +123,20 @@ pub struct SqsQueue {
 
 #[async_trait::async_trait]
 impl QueueClient for SqsQueue {
+    async fn send(&self, queue_url: &str, body: &str) -> Result<(), SendError> {
+        self.client
+            .send_message()
+            .queue_url(queue_url)
+            .message_body(body)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|err| SendError {
+                queue_url: queue_url.to_string(),
+                message: describe_error(&err),
+            })
+    }
+
     async fn change_visibility(
         &self,
         queue_url: &str,
@@ -128,14 +158,20 @@ impl QueueClient for SqsQueue {
     }
 }
 
-/// A queue that records the visibility changes asked of it (unit tests,
-/// local runs without a queue).
+/// A queue that records the visibility changes and the messages asked of
+/// it (unit tests, local runs without a queue).
 #[derive(Debug, Default)]
 pub struct RecordingQueue {
     changes: std::sync::Mutex<Vec<(String, String, i32)>>,
+    sent: std::sync::Mutex<Vec<(String, String)>>,
 }
 
 impl RecordingQueue {
+    /// The (queue URL, body) of every message sent so far.
+    pub fn sent(&self) -> Vec<(String, String)> {
+        self.sent.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// The delay last asked for the message received as `receipt_handle`.
     pub fn delay_of(&self, receipt_handle: &str) -> Option<i32> {
         self.changes
@@ -158,6 +194,14 @@ impl RecordingQueue {
 
 #[async_trait::async_trait]
 impl QueueClient for Arc<RecordingQueue> {
+    async fn send(&self, queue_url: &str, body: &str) -> Result<(), SendError> {
+        self.sent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((queue_url.to_string(), body.to_string()));
+        Ok(())
+    }
+
     async fn change_visibility(
         &self,
         queue_url: &str,

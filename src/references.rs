@@ -236,7 +236,9 @@ pub struct Plan {
 ///   (written even when there was no row, so that a write planned on an
 ///   older HEAD, conditioned on no row, fails and looks again).
 /// - Holds the keyed bytes: the row references every wanted job, whatever
-///   happened to each in this delivery; a job of other bytes is released.
+///   happened to each in this delivery, and keeps every job it referenced
+///   for these bytes already (a pipeline's chained jobs, a recipe since
+///   removed: freed with the version); a job of other bytes is released.
 /// - Holds other bytes than the ones keyed (or the hint keyed none): the
 ///   row is left alone when its ETag is the one S3 holds; otherwise its
 ///   jobs belong to bytes that are not there, and are released (the
@@ -277,14 +279,23 @@ pub fn reconcile(
             },
             keyed.map(|_| "the version is gone"),
         ),
-        (Seen::Holds { etag }, Some(keyed)) if *etag == keyed.etag => (
-            VersionRefs {
-                job_keys: keyed.wanted.clone(),
-                etag: Some(etag.clone()),
-                ..VersionRefs::default()
-            },
-            None,
-        ),
+        (Seen::Holds { etag }, Some(keyed)) if *etag == keyed.etag => {
+            // References of the same bytes only grow: a pipeline's chained
+            // jobs are added as their upstream jobs finish, and a later
+            // hint that keys only the first stage must not release them.
+            let mut job_keys = keyed.wanted.clone();
+            if row.etag.as_deref() == Some(etag.as_str()) {
+                job_keys.extend(referenced.iter().cloned());
+            }
+            (
+                VersionRefs {
+                    job_keys,
+                    etag: Some(etag.clone()),
+                    ..VersionRefs::default()
+                },
+                None,
+            )
+        }
         (Seen::Holds { etag }, keyed) => {
             let stale = keyed.map(|_| "the version holds other bytes now");
             let holds_referenced = row.etag.as_deref().is_none_or(|held| held == etag);
@@ -431,6 +442,24 @@ mod tests {
         assert_eq!(change.next.job_keys, keys(&["J1", "J2"]));
         // The null version's row is written anyway: gen moves on.
         assert_eq!((change.seen_gen, change.next.gen), (Some(4), 5));
+    }
+
+    #[test]
+    fn a_hint_of_the_same_bytes_keeps_what_they_referenced() {
+        // A pipeline's chained job (C) was added after its upstream (J1)
+        // finished; a redelivery keys only J1 first: C stays.
+        let now = row(&["J1", "C"], "e", 2);
+        let hint = keyed("e", &["J1"]);
+        let plan = reconcile(&versioned(), Some(&now), &holds("e"), Some(&hint));
+        assert_eq!(plan.change, None, "nothing to write");
+        let plan = reconcile(&unversioned(), Some(&now), &holds("e"), Some(&hint));
+        let change = plan.change.unwrap();
+        assert!(change.add.is_empty() && change.remove.is_empty());
+        assert_eq!(change.next.job_keys, keys(&["C", "J1"]));
+        // The next stage adds to it.
+        let hint = keyed("e", &["J1", "C2"]);
+        let plan = reconcile(&versioned(), Some(&now), &holds("e"), Some(&hint));
+        assert_eq!(moves(&plan), (vec!["C2".into()], vec![]));
     }
 
     #[test]

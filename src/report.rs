@@ -23,6 +23,11 @@ pub enum Outcome {
     Poisoned,
     /// Not started: too close to the invocation deadline. The message comes back.
     Deferred,
+    /// Not started here: a chained job with no time left in this
+    /// invocation, handed on to the job queue in a hand-on message
+    /// ([`crate::pipeline::HandOn`]); the message that carried it is done.
+    #[serde(rename = "handed-on")]
+    HandedOn,
 }
 
 impl Outcome {
@@ -35,6 +40,7 @@ impl Outcome {
             Outcome::Skipped => "skipped",
             Outcome::Poisoned => "poisoned",
             Outcome::Deferred => "deferred",
+            Outcome::HandedOn => "handed-on",
         }
     }
 
@@ -51,6 +57,8 @@ impl Outcome {
 pub struct JobReport {
     /// Empty when the object could not be fingerprinted (gone, unreadable).
     pub job_key: String,
+    /// The recipe's name (its step's, when it has none).
+    pub recipe: String,
     pub step: String,
     pub outcome: Outcome,
     /// The attempt that ran (or the row's attempts, for reused and busy).
@@ -62,6 +70,9 @@ pub struct JobReport {
     pub busy_until_ms: Option<u64>,
     /// Where the job's input hash came from; `None` when it has none.
     pub input_hash_source: Option<crate::fingerprint::FingerprintSource>,
+    /// Where its outputs are (`s3://bucket/prefix/`), when it is done.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<String>,
 }
 
 impl JobReport {
@@ -157,7 +168,7 @@ impl BatchReport {
     /// by outcome, then one line per job (key prefix, step, outcome,
     /// duration, message), and each unusable message.
     pub fn summary(&self) -> String {
-        const OUTCOMES: [Outcome; 7] = [
+        const OUTCOMES: [Outcome; 8] = [
             Outcome::Ran,
             Outcome::Reused,
             Outcome::Busy,
@@ -165,6 +176,7 @@ impl BatchReport {
             Outcome::Skipped,
             Outcome::Poisoned,
             Outcome::Deferred,
+            Outcome::HandedOn,
         ];
         let by_outcome: Vec<String> = OUTCOMES
             .iter()
@@ -217,6 +229,7 @@ mod tests {
     fn job(outcome: Outcome, busy_until_ms: Option<u64>) -> JobReport {
         JobReport {
             job_key: "k".into(),
+            recipe: "probe".into(),
             step: "probe".into(),
             outcome,
             attempt: 1,
@@ -224,6 +237,7 @@ mod tests {
             reason: None,
             busy_until_ms,
             input_hash_source: None,
+            outputs: None,
         }
     }
 

@@ -15,6 +15,7 @@ use super::job::BatchJobs;
 use super::record::process_body;
 use super::{lock, App, BatchReport, BatchUsage, Invocation, MessageReport};
 use crate::fifo::lanes;
+use crate::queue::queue_url_from_arn;
 
 /// Time kept back from the invocation deadline to send the response.
 const RESPONSE_RESERVE_MS: u64 = 1_000;
@@ -152,7 +153,8 @@ async fn process_message(
 ) -> MessageReport {
     let message_id = message.message_id.clone().unwrap_or_default();
     let body = message.body.as_deref().unwrap_or_default();
-    let report = process_body(app, batch, invocation, message_id, body).await;
+    let queue_url = message.event_source_arn.as_deref().and_then(queue_url_from_arn);
+    let report = process_body(app, batch, invocation, message_id, queue_url.as_deref(), body).await;
     if let Some(busy_until_ms) = report
         .must_retry()
         .then(|| report.busy_until_ms())

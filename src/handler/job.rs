@@ -64,6 +64,28 @@ pub(super) struct JobRun<'a> {
 }
 
 impl JobRun<'_> {
+    /// Runs the job once per batch ([`JobRun::run`]); another record of
+    /// the batch carrying it shares that report. When this record's
+    /// reference (`added`) was written after that run read the job, the
+    /// job is read again.
+    pub async fn run_in(self, batch: &BatchJobs, added: &[String]) -> JobReport {
+        let cell = batch.cell(self.job_key);
+        let mut ran_here = false;
+        let report = cell
+            .get_or_init(|| async {
+                ran_here = true;
+                self.run().await
+            })
+            .await;
+        if ran_here {
+            report.clone()
+        } else if added.iter().any(|key| key == self.job_key) {
+            confirm_done(self.app, report.seen_again()).await
+        } else {
+            report.seen_again()
+        }
+    }
+
     /// Claims the job and, when this worker wins it, runs the step:
     /// claim → step → manifest → finish.
     pub async fn run(self) -> JobReport {
@@ -89,6 +111,7 @@ impl JobRun<'_> {
         };
         let report = |outcome, attempt, reason: Option<String>| JobReport {
             job_key: job_key.to_string(),
+            recipe: rule.name.clone(),
             step: rule.recipe.step.clone(),
             outcome,
             attempt,
@@ -96,6 +119,7 @@ impl JobRun<'_> {
             reason,
             busy_until_ms: None,
             input_hash_source: Some(fingerprint.source),
+            outputs: None,
         };
         if let Some(reason) = app.too_late_to_start(invocation, app.start_margin(rule)) {
             return report(Outcome::Deferred, 0, Some(reason));
@@ -112,7 +136,10 @@ impl JobRun<'_> {
                         "the job's outputs are where an earlier configuration put them"
                     );
                 }
-                return report(Outcome::Reused, row.attempts, None);
+                return JobReport {
+                    outputs: Some(row.output_prefix),
+                    ..report(Outcome::Reused, row.attempts, None)
+                };
             }
             Ok(ClaimOutcome::Busy(row)) => {
                 return JobReport {
@@ -173,8 +200,12 @@ impl JobRun<'_> {
             ),
             Err(err) => (Outcome::Failed, Some(err.to_string())),
         };
+        let done = result.is_ok();
         match finish(&app.ledger, &claim, result.err(), app.now_ms()).await {
-            Ok(()) => report(outcome, claim.attempt, reason),
+            Ok(()) => JobReport {
+                outputs: done.then(|| claim.output_prefix.clone()),
+                ..report(outcome, claim.attempt, reason)
+            },
             Err(FinishError::LostLease(_)) => report(
                 Outcome::Busy,
                 claim.attempt,
@@ -223,6 +254,31 @@ impl JobRun<'_> {
             outputs: outputs.files(),
         };
         outputs.write_manifest(&manifest).await
+    }
+}
+
+/// A job reused or run by another record of the batch, confirmed by a
+/// consistent read made after this record's reference: still done, or
+/// busy (a collector took it meanwhile; the message comes back).
+async fn confirm_done(app: &App, report: JobReport) -> JobReport {
+    if !matches!(report.outcome, Outcome::Reused | Outcome::Ran) {
+        return report;
+    }
+    match app.ledger.get(&report.job_key).await {
+        Ok(Some(row)) if row.status == crate::ledger::JobStatus::Done => report,
+        Ok(row) => JobReport {
+            outcome: Outcome::Busy,
+            reason: Some(format!(
+                "the job is {} now (collected meanwhile): the message comes back",
+                row.map_or("gone", |r| r.status.as_str())
+            )),
+            ..report
+        },
+        Err(err) => JobReport {
+            outcome: Outcome::Failed,
+            reason: Some(err.to_string()),
+            ..report
+        },
     }
 }
 

@@ -38,6 +38,7 @@ use crate::store::ObjectStore;
 
 mod batch;
 mod busy;
+mod chain;
 pub mod collect;
 mod identify;
 mod job;

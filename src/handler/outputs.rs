@@ -91,6 +91,15 @@ impl App {
         Ok(found)
     }
 
+    /// The manifest of the job whose outputs are at `location`
+    /// (`s3://bucket/prefix/`), if it has been written.
+    pub(super) async fn manifest_at(&self, location: &str) -> Result<Option<Manifest>, String> {
+        let (bucket, prefix) = split_s3_location(location)
+            .ok_or_else(|| format!("{location:?} is not an s3://bucket/prefix/ location"))?;
+        self.manifest(bucket, &format!("{prefix}{MANIFEST_NAME}"))
+            .await
+    }
+
     /// A job's manifest, if it has been written: one GET, a 404 is none.
     async fn manifest(&self, bucket: &str, key: &str) -> Result<Option<Manifest>, String> {
         let object = ObjectRef {

@@ -210,14 +210,16 @@ impl App {
                 (Some((row, source)), _) => {
                     wanted.insert(row.job_key.clone());
                     reports.push(JobReport {
-                    job_key: row.job_key,
-                    step: rule.recipe.step.clone(),
-                    outcome: Outcome::Reused,
-                    attempt: row.attempts,
-                    duration_ms: 0,
-                    reason: None,
-                    busy_until_ms: None,
-                    input_hash_source: Some(source),
+                        job_key: row.job_key,
+                        recipe: rule.name.clone(),
+                        step: rule.recipe.step.clone(),
+                        outcome: Outcome::Reused,
+                        attempt: row.attempts,
+                        duration_ms: 0,
+                        reason: None,
+                        busy_until_ms: None,
+                        input_hash_source: Some(source),
+                        outputs: Some(row.output_prefix),
                     })
                 }
                 (None, Some((job_key, row))) => {

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 
+use super::chain::Downstream;
 use super::identify::{forget_if_disproved, identify, Identified};
 use super::job::{elapsed_ms, BatchJobs, JobRun};
 use super::references::{head_null_version, reconcile_version, Start};
@@ -18,11 +19,14 @@ use crate::key::job_key;
 use crate::references::{Keyed, Seen, VersionName};
 use crate::store::ObjectRef;
 
+/// A message's body: its records' jobs. `queue_url`: the queue it came
+/// from, where a hand-on message goes.
 pub(super) async fn process_body(
     app: &App,
     batch: &BatchJobs,
     invocation: &Invocation,
     message_id: String,
+    queue_url: Option<&str>,
     body: &str,
 ) -> MessageReport {
     let records = match parse_body(body) {
@@ -55,7 +59,8 @@ pub(super) async fn process_body(
             jobs.extend(reports.iter().cloned());
             continue;
         }
-        let (reports, error) = process_record(app, batch, invocation, &message_id, record).await;
+        let (reports, error) =
+            process_record(app, batch, invocation, (&message_id, queue_url), record).await;
         jobs.extend(reports.iter().cloned());
         errors.extend(error);
         handled.push((record, reports));
@@ -73,7 +78,7 @@ async fn process_record(
     app: &App,
     batch: &BatchJobs,
     invocation: &Invocation,
-    message_id: &str,
+    (message_id, queue_url): (&str, Option<&str>),
     record: &S3Record,
 ) -> (Vec<JobReport>, Option<String>) {
     let version = VersionName {
@@ -86,7 +91,7 @@ async fn process_record(
     let _turn = turn.lock().await;
     match record.kind() {
         EventKind::Created => (
-            process_created(app, batch, invocation, message_id, record).await,
+            process_created(app, batch, invocation, (message_id, queue_url), record).await,
             None,
         ),
         EventKind::Removed | EventKind::DeleteMarker => {
@@ -150,7 +155,7 @@ async fn process_created(
     app: &App,
     batch: &BatchJobs,
     invocation: &Invocation,
-    message_id: &str,
+    (message_id, queue_url): (&str, Option<&str>),
     record: &S3Record,
 ) -> Vec<JobReport> {
     let (bucket, key) = (&record.bucket, &record.key);
@@ -203,24 +208,45 @@ async fn process_created(
         // No input hash, no key: report each recipe's job without claiming it.
         Err((outcome, reason)) => return unclaimed.report(None, outcome, &reason),
     };
+    let reports = run_pipeline(app, batch, invocation, queue_url, &rules, &identified, &unclaimed).await;
+    forget_if_disproved(app, &identified).await;
+    reports
+}
+
+/// A keyed version's pipeline: every root job referenced by the version
+/// before any is claimed or reused, run, and then the jobs chained to
+/// them ([`Downstream`]). Each report is logged.
+async fn run_pipeline(
+    app: &App,
+    batch: &BatchJobs,
+    invocation: &Invocation,
+    queue_url: Option<&str>,
+    rules: &[&RecipeRule],
+    identified: &Identified,
+    unclaimed: &Unclaimed<'_>,
+) -> Vec<JobReport> {
     let fingerprint = &identified.fingerprint;
+    let head = &identified.bytes.head;
     // The version as headed: in a versioned bucket the event's version.
-    let version = VersionName::of_head(&identified.bytes.head);
+    let version = VersionName::of_head(head);
     let wanted: BTreeSet<String> = rules
         .iter()
         .map(|rule| job_key(&fingerprint.input_hash, &rule.recipe_hash))
         .collect();
-    let etag = identified.bytes.head.etag.clone();
-    // The version references every job of its bytes before any is claimed
-    // or reused; each claim's consistent read then follows the reference
-    // (DESIGN.md, "The collector and the adder"). A hash from the cache
-    // (almost always a redelivery) reads the row first: it likely exists.
+    // Each claim's consistent read follows the reference (DESIGN.md, "The
+    // collector and the adder"). A hash from the cache (almost always a
+    // redelivery) reads the row first: it likely exists.
     let start = if fingerprint.source == FingerprintSource::Cached {
         Start::Unknown
     } else {
-        Start::Headed(Seen::Holds { etag: etag.clone() })
+        Start::Headed(Seen::Holds {
+            etag: head.etag.clone(),
+        })
     };
-    let keyed = Keyed { etag, wanted };
+    let keyed = Keyed {
+        etag: head.etag.clone(),
+        wanted,
+    };
     let referenced = match reconcile_version(app, &version, Some(keyed), start).await {
         Ok(referenced) => referenced,
         Err(err) => {
@@ -238,10 +264,21 @@ async fn process_created(
         let reason = format!("{stale}: its outputs are not referenced by this version");
         return unclaimed.report(Some(fingerprint), Outcome::Skipped, &reason);
     }
-    let reports = run_jobs(app, batch, invocation, &rules, &identified, &referenced.added).await;
-    forget_if_disproved(app, &identified).await;
+    let mut reports = run_jobs(app, batch, invocation, rules, identified, &referenced.added).await;
+    if rules.iter().any(|rule| !app.config.chained_to(rule).is_empty()) {
+        let roots = rules.iter().copied().zip(reports.iter().cloned()).collect();
+        let downstream = Downstream {
+            app,
+            batch,
+            invocation,
+            version: &version,
+            head,
+            queue_url,
+        };
+        reports.extend(downstream.run(roots).await);
+    }
     for report in &reports {
-        log_job(report, message_id, &unclaimed.object);
+        log_job(report, unclaimed.message_id, &unclaimed.object);
     }
     reports
 }
@@ -261,33 +298,15 @@ async fn run_jobs(
     let mut reports = Vec::with_capacity(rules.len());
     for rule in rules {
         let job_key = job_key(&fingerprint.input_hash, &rule.recipe_hash);
-        let cell = batch.cell(&job_key);
-        let mut ran_here = false;
-        let report = cell
-            .get_or_init(|| async {
-                ran_here = true;
-                JobRun {
-                    app,
-                    invocation,
-                    rule,
-                    job_key: &job_key,
-                    bytes: &identified.bytes,
-                    fingerprint,
-                }
-                .run()
-                .await
-            })
-            .await;
-        let report = if ran_here {
-            report.clone()
-        } else if added.contains(&job_key) {
-            // Another record of the batch read the job before this one's
-            // reference was written: read it again.
-            confirm_done(app, report.seen_again()).await
-        } else {
-            report.seen_again()
+        let run = JobRun {
+            app,
+            invocation,
+            rule,
+            job_key: &job_key,
+            bytes: &identified.bytes,
+            fingerprint,
         };
-        reports.push(report);
+        reports.push(run.run_in(batch, added).await);
     }
     reports
 }
@@ -317,6 +336,7 @@ impl Unclaimed<'_> {
                 job_key: fingerprint
                     .map(|f| job_key(&f.input_hash, &rule.recipe_hash))
                     .unwrap_or_default(),
+                recipe: rule.name.clone(),
                 step: rule.recipe.step.clone(),
                 outcome,
                 attempt: 0,
@@ -324,37 +344,13 @@ impl Unclaimed<'_> {
                 reason: Some(reason.to_string()),
                 busy_until_ms: None,
                 input_hash_source: fingerprint.map(|f| f.source),
+                outputs: None,
             })
             .collect();
         for report in &reports {
             log_job(report, self.message_id, &self.object);
         }
         reports
-    }
-}
-
-/// A job reused or run by another record of the batch, confirmed by a
-/// consistent read made after this record's reference: still done, or
-/// busy (a collector took it meanwhile; the message comes back).
-async fn confirm_done(app: &App, report: JobReport) -> JobReport {
-    if !matches!(report.outcome, Outcome::Reused | Outcome::Ran) {
-        return report;
-    }
-    match app.ledger.get(&report.job_key).await {
-        Ok(Some(row)) if row.status == crate::ledger::JobStatus::Done => report,
-        Ok(row) => JobReport {
-            outcome: Outcome::Busy,
-            reason: Some(format!(
-                "the job is {} now (collected meanwhile): the message comes back",
-                row.map_or("gone", |r| r.status.as_str())
-            )),
-            ..report
-        },
-        Err(err) => JobReport {
-            outcome: Outcome::Failed,
-            reason: Some(err.to_string()),
-            ..report
-        },
     }
 }
 

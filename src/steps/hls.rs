@@ -434,7 +434,7 @@ impl HlsPackage {
 }
 
 /// Removes a job's scratch directory however the step ends.
-struct ScratchDir(PathBuf);
+pub(crate) struct ScratchDir(pub PathBuf);
 
 impl Drop for ScratchDir {
     fn drop(&mut self) {
@@ -489,7 +489,7 @@ impl Step for HlsPackage {
         let input_path = dir.join("input");
         input.spool_to(&input_path).await?;
 
-        let movie = read_movie(&input_path).await?;
+        let movie = read_movie_for(&input_path, "hls-package").await?;
         if let Some(reference) = movie.external_data() {
             return Err(StepError::Unprocessable(format!(
                 "hls-package refuses a movie whose data is outside the file ({reference}): \
@@ -536,8 +536,9 @@ impl Step for HlsPackage {
     }
 }
 
-async fn read_movie(path: &Path) -> Result<bmff::MovieInfo, StepError> {
-    let unreadable = |e: bmff::BmffError| movie_error(e, "hls-package reads MP4/MOV inputs");
+/// The `moov` of a spooled MP4/MOV, as `step` reads it.
+pub(crate) async fn read_movie_for(path: &Path, step: &str) -> Result<bmff::MovieInfo, StepError> {
+    let unreadable = |e: bmff::BmffError| movie_error(e, &format!("{step} reads MP4/MOV inputs"));
     let file = std::fs::File::open(path)
         .map_err(|e| StepError::Failed(format!("opening {}: {e}", path.display())))?;
     let size = file

@@ -7,6 +7,7 @@ use crate::bmff::BmffError;
 use crate::step::{AnyStep, Step, StepError};
 
 pub mod hls;
+pub mod poster;
 pub mod probe;
 pub mod thumbnail;
 
@@ -30,6 +31,7 @@ impl StepRegistry {
         registry.register(probe::Probe);
         registry.register(thumbnail::Thumbnail::from_lookup(&lookup));
         registry.register(hls::HlsPackage::from_lookup(&lookup));
+        registry.register(poster::Poster::from_lookup(&lookup));
         registry
     }
 
@@ -74,7 +76,7 @@ mod tests {
     fn the_builtin_steps() {
         assert_eq!(
             StepRegistry::builtin().names(),
-            vec!["hls-package", "probe", "thumbnail"]
+            vec!["hls-package", "poster", "probe", "thumbnail"]
         );
     }
 }

@@ -1,0 +1,316 @@
+//! A version's pipeline past its root jobs ([`crate::pipeline`]): when an
+//! upstream job is done (ran or reused), the jobs chained to it are keyed
+//! by the SHA-256 its manifest records for their input file, referenced by
+//! the version, and run here when the deadline leaves them their time, or
+//! handed on to the job queue in one hand-on message otherwise.
+//!
+//! Nothing is lost to a crash: the upload's message is acknowledged only
+//! once every job of the pipeline is done, permanently failed, or handed
+//! on (the hand-on message sent), and its redelivery walks the graph
+//! again, reusing what is done.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::job::{BatchJobs, JobRun};
+use super::references::{reconcile_version, Start};
+use super::{App, Invocation, JobReport, Outcome};
+use crate::config::RecipeRule;
+use crate::fingerprint::{Fingerprint, FingerprintSource, ObjectHead};
+use crate::identity::keep;
+use crate::key::job_key;
+use crate::pipeline::HandOn;
+use crate::references::{Keyed, VersionName};
+use crate::step::ObjectBytes;
+use crate::store::ObjectRef;
+
+/// One upload version's pipeline, walked past its roots.
+pub(super) struct Downstream<'a> {
+    pub app: &'a App,
+    pub batch: &'a BatchJobs,
+    pub invocation: &'a Invocation,
+    pub version: &'a VersionName,
+    /// The upload as headed: its ETag conditions the references; a
+    /// hand-on message names it.
+    pub head: &'a ObjectHead,
+    /// The job queue (the one the upload's message came from), where a
+    /// hand-on message goes.
+    pub queue_url: Option<&'a str>,
+}
+
+/// A chained job, keyed: its recipe, and the upstream file it reads.
+struct Chained<'a> {
+    rule: &'a RecipeRule,
+    job_key: String,
+    input: ObjectRef,
+    sha256: String,
+}
+
+impl<'a> Downstream<'a> {
+    /// Runs (or hands on) every job downstream of `done`, the version's
+    /// root jobs as reported; returns their reports, level by level.
+    pub async fn run(&self, roots: Vec<(&'a RecipeRule, JobReport)>) -> Vec<JobReport> {
+        let mut reports = Vec::new();
+        let mut handed_on: Vec<(&'a RecipeRule, String)> = Vec::new();
+        let mut level = roots;
+        while !level.is_empty() {
+            let (chained, mut unrunnable) = self.key_level(&level).await;
+            reports.append(&mut unrunnable);
+            if chained.is_empty() {
+                break;
+            }
+            let wanted = chained.iter().map(|c| c.job_key.clone()).collect();
+            let keyed = Keyed {
+                etag: self.head.etag.clone(),
+                wanted,
+            };
+            let added = match reconcile_version(self.app, self.version, Some(keyed), Start::Unknown)
+                .await
+            {
+                Ok(done) if done.stale.is_none() => done.added,
+                Ok(done) => {
+                    let reason = format!(
+                        "{}: its outputs are not referenced by this version",
+                        done.stale.unwrap_or_default()
+                    );
+                    reports.extend(chained.iter().map(|c| report(c, Outcome::Skipped, &reason)));
+                    break;
+                }
+                Err(err) => {
+                    let outcome = if err.contended {
+                        Outcome::Busy
+                    } else {
+                        Outcome::Failed
+                    };
+                    reports.extend(chained.iter().map(|c| report(c, outcome, &err.message)));
+                    break;
+                }
+            };
+            let mut next = Vec::new();
+            let mut inputs: HashMap<String, Arc<ObjectBytes>> = HashMap::new();
+            for job in &chained {
+                if self
+                    .app
+                    .too_late_to_start(self.invocation, self.app.start_margin(job.rule))
+                    .is_some()
+                {
+                    handed_on.push((job.rule, job.job_key.clone()));
+                    continue;
+                }
+                let done = self.run_one(job, &added, &mut inputs).await;
+                reports.push(done.clone());
+                next.push((job.rule, done));
+            }
+            level = next;
+        }
+        if !handed_on.is_empty() {
+            reports.extend(self.hand_on(&handed_on).await);
+        }
+        reports
+    }
+
+    /// The jobs chained to the done jobs of `level`, keyed by their
+    /// upstream manifests; and the reports of those that cannot run (an
+    /// upstream failed for good, a manifest without their file).
+    async fn key_level(
+        &self,
+        level: &[(&'a RecipeRule, JobReport)],
+    ) -> (Vec<Chained<'a>>, Vec<JobReport>) {
+        let config: &'a crate::config::Config = &self.app.config;
+        let mut chained = Vec::new();
+        let mut unrunnable = Vec::new();
+        for (upstream, done) in level {
+            let children = config.chained_to(upstream);
+            if children.is_empty() {
+                continue;
+            }
+            let unkeyed = |rule: &RecipeRule, outcome, reason: String| JobReport {
+                job_key: String::new(),
+                recipe: rule.name.clone(),
+                step: rule.recipe.step.clone(),
+                outcome,
+                attempt: 0,
+                duration_ms: 0,
+                reason: Some(reason),
+                busy_until_ms: None,
+                input_hash_source: None,
+                outputs: None,
+            };
+            let outputs = match (done.outcome, &done.outputs) {
+                (Outcome::Ran | Outcome::Reused, Some(outputs)) => outputs.clone(),
+                (Outcome::Poisoned, _) => {
+                    let reason = format!("upstream recipe {} failed for good", upstream.name);
+                    unrunnable.extend(
+                        children
+                            .iter()
+                            .map(|rule| unkeyed(rule, Outcome::Skipped, reason.clone())),
+                    );
+                    continue;
+                }
+                // Not done yet: its own report brings the message back.
+                _ => continue,
+            };
+            let manifest = match self.app.manifest_at(&outputs).await {
+                Ok(Some(manifest)) => manifest,
+                Ok(None) => {
+                    let reason = format!("upstream job {}'s manifest is missing", done.job_key);
+                    unrunnable.extend(
+                        children
+                            .iter()
+                            .map(|rule| unkeyed(rule, Outcome::Failed, reason.clone())),
+                    );
+                    continue;
+                }
+                Err(err) => {
+                    unrunnable.extend(
+                        children
+                            .iter()
+                            .map(|rule| unkeyed(rule, Outcome::Failed, err.clone())),
+                    );
+                    continue;
+                }
+            };
+            for rule in children {
+                let file_name = &rule.input.as_ref().expect("a chained recipe").file;
+                let Some(file) = manifest.outputs.iter().find(|f| &f.name == file_name) else {
+                    let names: Vec<&str> = manifest.outputs.iter().map(|f| f.name.as_str()).collect();
+                    unrunnable.push(unkeyed(
+                        rule,
+                        Outcome::Skipped,
+                        format!(
+                            "upstream recipe {} wrote no {file_name} (it wrote {})",
+                            upstream.name,
+                            names.join(", ")
+                        ),
+                    ));
+                    continue;
+                };
+                let Some((bucket, prefix)) = crate::config::split_s3_location(&outputs) else {
+                    continue;
+                };
+                chained.push(Chained {
+                    rule,
+                    job_key: job_key(&file.sha256, &rule.recipe_hash),
+                    input: ObjectRef {
+                        bucket: bucket.to_string(),
+                        key: format!("{prefix}{}", file.name),
+                        version_id: None,
+                        if_match: None,
+                    },
+                    sha256: file.sha256.clone(),
+                });
+            }
+        }
+        (chained, unrunnable)
+    }
+
+    /// Claims and runs one chained job on its upstream file, whose bytes
+    /// are checked against the manifest's SHA-256 when the step reads them.
+    async fn run_one(
+        &self,
+        job: &Chained<'_>,
+        added: &[String],
+        inputs: &mut HashMap<String, Arc<ObjectBytes>>,
+    ) -> JobReport {
+        let app = self.app;
+        let fingerprint = Fingerprint {
+            input_hash: job.sha256.clone(),
+            source: FingerprintSource::UpstreamManifest,
+        };
+        let bytes = match inputs.get(&job.input.to_string()) {
+            Some(bytes) => bytes.clone(),
+            None => {
+                let head = match app.store.head(&job.input).await {
+                    Ok(Some(head)) => head,
+                    Ok(None) => {
+                        let reason = format!("the upstream output {} is gone", job.input);
+                        return report(job, Outcome::Failed, &reason);
+                    }
+                    Err(err) => return report(job, Outcome::Failed, &err.to_string()),
+                };
+                let uses = [job.rule.step.input_use()];
+                let size = head.size;
+                let bytes = Arc::new(ObjectBytes::new(
+                    app.store.clone(),
+                    head,
+                    keep(&uses, size),
+                    &app.scratch,
+                ));
+                inputs.insert(job.input.to_string(), bytes.clone());
+                bytes
+            }
+        };
+        let run = JobRun {
+            app,
+            invocation: self.invocation,
+            rule: job.rule,
+            job_key: &job.job_key,
+            bytes: &bytes,
+            fingerprint: &fingerprint,
+        };
+        run.run_in(self.batch, added).await
+    }
+
+    /// One hand-on message for the jobs with no time left here: sent, they
+    /// are handed on; not sent (no queue, or SendMessage failed), they are
+    /// deferred and the upload's message comes back.
+    async fn hand_on(&self, jobs: &[(&RecipeRule, String)]) -> Vec<JobReport> {
+        let message = HandOn::new(
+            &self.version.bucket,
+            &self.version.key,
+            self.version.version_id.as_deref(),
+            &self.head.etag,
+            self.head.size,
+            jobs.iter().map(|(rule, _)| rule.name.clone()).collect(),
+        );
+        let sent = match self.queue_url {
+            Some(queue_url) => self
+                .app
+                .queue
+                .send(queue_url, &message.to_body())
+                .await
+                .map_err(|e| e.to_string()),
+            None => Err("the message came from no SQS queue to hand on to".to_string()),
+        };
+        let (outcome, reason) = match sent {
+            Ok(()) => (
+                Outcome::HandedOn,
+                "no time left in this invocation: handed on to the job queue".to_string(),
+            ),
+            Err(err) => (
+                Outcome::Deferred,
+                format!("no time left in this invocation, and handing on failed: {err}"),
+            ),
+        };
+        jobs.iter()
+            .map(|(rule, job_key)| JobReport {
+                job_key: job_key.clone(),
+                recipe: rule.name.clone(),
+                step: rule.recipe.step.clone(),
+                outcome,
+                attempt: 0,
+                duration_ms: 0,
+                reason: Some(reason.clone()),
+                busy_until_ms: None,
+                input_hash_source: Some(FingerprintSource::UpstreamManifest),
+                outputs: None,
+            })
+            .collect()
+    }
+}
+
+/// A keyed chained job reported without a claim.
+fn report(job: &Chained<'_>, outcome: Outcome, reason: &str) -> JobReport {
+    JobReport {
+        job_key: job.job_key.clone(),
+        recipe: job.rule.name.clone(),
+        step: job.rule.recipe.step.clone(),
+        outcome,
+        attempt: 0,
+        duration_ms: 0,
+        reason: Some(reason.to_string()),
+        busy_until_ms: None,
+        input_hash_source: Some(FingerprintSource::UpstreamManifest),
+        outputs: None,
+    }
+}
