@@ -9,6 +9,8 @@
 //! - [`identify`]: a record's input hash: from the head, the hash cache, or
 //!   one read of the object that the record's jobs then share;
 //! - [`job`]: one job: claim → step → manifest → finish;
+//! - [`chain`]: the jobs chained to done ones ([`crate::pipeline`]): keyed
+//!   by the upstream manifest, referenced, run or handed on;
 //! - [`references`]: after a create's jobs, the version's references; a
 //!   removal's release;
 //! - [`outputs`]: where an object's outputs are (`mediaonce outputs`);
