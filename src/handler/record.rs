@@ -52,11 +52,12 @@ pub(super) async fn process_body(
     let mut errors = Vec::new();
     // A record equal to an earlier one of the body is the same hint: the
     // earlier one brought its version in line with S3 moments ago, so it
-    // shares that record's outcome instead of reconciling again.
+    // shares that record's outcome instead of reconciling again (a job
+    // that ran for it is reused by this one: it ran once).
     let mut handled: Vec<(&S3Record, Vec<JobReport>)> = Vec::new();
     for record in &records {
         if let Some((_, reports)) = handled.iter().find(|(seen, _)| *seen == record) {
-            jobs.extend(reports.iter().cloned());
+            jobs.extend(reports.iter().map(JobReport::seen_again));
             continue;
         }
         let (reports, error) =

@@ -132,6 +132,21 @@ async fn runs_once_writes_outputs_then_reuses() {
 }
 
 #[tokio::test]
+async fn a_record_twice_in_one_body_runs_once_and_is_reused_once() {
+    let f = fixture();
+    let etag = f.objects.insert("in", "a.bin", b"abc", true);
+    let mut twice = message("1", "a.bin", &etag);
+    let record: serde_json::Value =
+        serde_json::from_str::<serde_json::Value>(twice.body.as_deref().unwrap()).unwrap()
+            ["Records"][0]
+            .clone();
+    twice.body = Some(serde_json::json!({"Records": [record.clone(), record]}).to_string());
+    let report = handle(&f.app, vec![twice]).await;
+    let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Ran, Outcome::Reused], "{report:?}");
+}
+
+#[tokio::test]
 async fn a_slow_steps_need_defers_only_its_own_job() {
     // hls-package declares 60 + 10 s, probe nothing; 5 s margin each.
     let f = fixture_with(Some(
