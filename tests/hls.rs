@@ -17,7 +17,8 @@ use mediaonce::handler::{JobReport, Outcome};
 use mediaonce::key::Recipe;
 use mediaonce::key::{job_key, sha256_hex};
 use mediaonce::step::{JobInput, JobOutputs, Manifest, Step, StepContext, StepError};
-use mediaonce::steps::hls::{HlsPackage, SCRATCH_RESERVE_BYTES, STOP_BEFORE_DEADLINE};
+use mediaonce::steps::ffmpeg::STOP_BEFORE_DEADLINE;
+use mediaonce::steps::hls::{HlsPackage, SCRATCH_RESERVE_BYTES};
 use mediaonce::store::memory::InMemoryObjects;
 use mediaonce::store::{ObjectRef, ObjectStore};
 

@@ -14,24 +14,13 @@
 //! is retried) and when the step is dropped; its progress is logged.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
-use super::movie_error;
-use crate::bmff;
+use super::ffmpeg::{ffmpeg_from, run_to_end, time_left, MovieScratch, STOP_BEFORE_DEADLINE};
 use crate::step::{content_type, InputUse, JobOutputs, Step, StepContext, StepError};
-
-/// The ffmpeg binary; default `ffmpeg` on PATH (`/opt/bin/ffmpeg` from a
-/// Lambda layer).
-pub const ENV_FFMPEG: &str = "MEDIAONCE_FFMPEG";
-
-/// ffmpeg is stopped this long before the invocation deadline, leaving time
-/// to record the failure and answer the batch.
-pub const STOP_BEFORE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Scratch space kept free beyond the input by default, for ffmpeg's
 /// outputs and the playlists.
@@ -423,22 +412,10 @@ impl HlsPackage {
     /// The same, with `MEDIAONCE_FFMPEG` read through `lookup`.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
         HlsPackage {
-            ffmpeg: lookup(ENV_FFMPEG)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("ffmpeg")),
+            ffmpeg: ffmpeg_from(lookup),
             scratch: std::env::temp_dir(),
             scratch_reserve: SCRATCH_RESERVE_BYTES,
         }
-    }
-}
-
-/// Removes a job's scratch directory however the step ends.
-pub(crate) struct ScratchDir(pub PathBuf);
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -468,34 +445,13 @@ impl Step for HlsPackage {
         context: &StepContext<'_>,
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
-        let input = context.input;
-        // An input the handler already holds in a scratch file is linked,
-        // not copied: only the outputs need room then.
-        let spooled = if input.is_in_file() {
-            0
-        } else {
-            input.head.size
-        };
-        crate::step::scratch::ensure_room(&self.scratch, spooled, self.scratch_reserve)
-            .map_err(StepError::Failed)?;
-
-        // Named by the job: a crashed attempt's leftovers are replaced.
-        let dir = self.scratch.join(format!("mediaonce-{}", context.job_key));
-        let _ = std::fs::remove_dir_all(&dir);
-        let out_dir = dir.join("out");
+        let scratch =
+            MovieScratch::prepare(&self.scratch, self.scratch_reserve, context, "hls-package")
+                .await?;
+        let movie = &scratch.movie;
+        let out_dir = scratch.dir.join("out");
         std::fs::create_dir_all(&out_dir)
             .map_err(|e| StepError::Failed(format!("creating {}: {e}", out_dir.display())))?;
-        let _cleanup = ScratchDir(dir.clone());
-        let input_path = dir.join("input");
-        input.spool_to(&input_path).await?;
-
-        let movie = read_movie_for(&input_path, "hls-package").await?;
-        if let Some(reference) = movie.external_data() {
-            return Err(StepError::Unprocessable(format!(
-                "hls-package refuses a movie whose data is outside the file ({reference}): \
-                 ffmpeg would be asked to open it"
-            )));
-        }
         let Some(video) = movie.video() else {
             return Err(StepError::Unprocessable(
                 "hls-package needs a video track; the input has none".into(),
@@ -516,19 +472,15 @@ impl Step for HlsPackage {
             params,
             &renditions,
             movie.audio().is_some(),
-            &input_path,
+            &scratch.input,
             &out_dir,
         );
-        // How long ffmpeg may run, read from the worker's clock once.
-        let time_left = context
-            .deadline_ms
-            .map(|deadline| Duration::from_millis(deadline.saturating_sub(context.clock.now_ms())));
-        run_ffmpeg(
+        run_logging_progress(
             &self.ffmpeg,
             &args,
-            &dir,
+            &scratch.dir,
             movie.duration,
-            time_left,
+            time_left(context),
             context.job_key,
         )
         .await?;
@@ -536,66 +488,8 @@ impl Step for HlsPackage {
     }
 }
 
-/// The `moov` of a spooled MP4/MOV, as `step` reads it.
-pub(crate) async fn read_movie_for(path: &Path, step: &str) -> Result<bmff::MovieInfo, StepError> {
-    let unreadable = |e: bmff::BmffError| movie_error(e, &format!("{step} reads MP4/MOV inputs"));
-    let file = std::fs::File::open(path)
-        .map_err(|e| StepError::Failed(format!("opening {}: {e}", path.display())))?;
-    let size = file
-        .metadata()
-        .map_err(|e| StepError::Failed(e.to_string()))?
-        .len();
-    bmff::read_movie(&file, size, &[]).await.map_err(unreadable)
-}
-
-/// The environment ffmpeg gets: nothing of the function's (its AWS
-/// credentials above all, which an input-driven file read of
-/// `/proc/self/environ` would otherwise expose), only a `PATH`, the job's
-/// scratch directory as `TMPDIR`, and the C locale.
-pub fn ffmpeg_env(scratch: &Path) -> Vec<(&'static str, std::ffi::OsString)> {
-    vec![
-        (
-            "PATH",
-            std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
-        ),
-        ("TMPDIR", scratch.as_os_str().to_owned()),
-        ("LANG", "C".into()),
-    ]
-}
-
-/// Starts ffmpeg as every step runs it: in a cleared environment
-/// ([`ffmpeg_env`]) with `scratch` as its working directory, `stdin` as
-/// given, stdout and stderr piped, and killed if the returned child is
-/// dropped (a handler that gives up on the job drops the future holding
-/// it: ffmpeg must not outlive it).
-pub fn spawn_ffmpeg(
-    ffmpeg: &Path,
-    args: &[String],
-    scratch: &Path,
-    stdin: Stdio,
-) -> Result<tokio::process::Child, StepError> {
-    tokio::process::Command::new(ffmpeg)
-        .args(args)
-        .env_clear()
-        .envs(ffmpeg_env(scratch))
-        .current_dir(scratch)
-        .stdin(stdin)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| {
-            StepError::Failed(format!(
-                "cannot run ffmpeg ({}): {e}; set {ENV_FFMPEG} or add the ffmpeg layer",
-                ffmpeg.display()
-            ))
-        })
-}
-
-/// Runs ffmpeg to completion in a cleared environment ([`ffmpeg_env`]),
-/// logging its progress; kills it [`STOP_BEFORE_DEADLINE`] before the
-/// invocation's `time_left` runs out.
-async fn run_ffmpeg(
+/// Runs ffmpeg to its end ([`run_to_end`]), logging its progress.
+async fn run_logging_progress(
     ffmpeg: &Path,
     args: &[String],
     scratch: &Path,
@@ -603,60 +497,27 @@ async fn run_ffmpeg(
     time_left: Option<Duration>,
     job_key: &str,
 ) -> Result<(), StepError> {
-    let stop_at = time_left
-        .map(|left| tokio::time::Instant::now() + left.saturating_sub(STOP_BEFORE_DEADLINE));
-    let mut child = spawn_ffmpeg(ffmpeg, args, scratch, Stdio::null())?;
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    // ffmpeg's errors, kept for the job's error message.
-    let errors = tokio::spawn(async move {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text).await;
-        text
-    });
-    let progress = async {
-        let mut lines = BufReader::new(stdout).lines();
-        let mut progress = Progress::default();
-        let mut logged = tokio::time::Instant::now();
-        while let Ok(Some(line)) = lines.next_line().await {
-            if progress.feed(&line) && (logged.elapsed() >= PROGRESS_EVERY || progress.finished) {
-                logged = tokio::time::Instant::now();
-                tracing::info!(
-                    job_key,
-                    encoded_secs = progress.encoded,
-                    total_secs = duration,
-                    speed = progress.speed,
-                    "hls-package: ffmpeg progress"
-                );
-            }
+    let mut progress = Progress::default();
+    let mut logged = tokio::time::Instant::now();
+    let run = run_to_end(ffmpeg, args, scratch, time_left, |line| {
+        if progress.feed(line) && (logged.elapsed() >= PROGRESS_EVERY || progress.finished) {
+            logged = tokio::time::Instant::now();
+            tracing::info!(
+                job_key,
+                encoded_secs = progress.encoded,
+                total_secs = duration,
+                speed = progress.speed,
+                "hls-package: ffmpeg progress"
+            );
         }
-        progress
-    };
-    let run = async { tokio::join!(progress, child.wait()) };
-    let outcome = match stop_at {
-        Some(stop_at) => tokio::time::timeout_at(stop_at, run).await.ok(),
-        None => Some(run.await),
-    };
-    let Some((progress, status)) = outcome else {
-        let _ = child.kill().await;
-        return Err(StepError::Failed(format!(
-            "ffmpeg stopped {} s before the invocation deadline, unfinished; the job is retried \
-             (raise the function timeout, or shorten the ladder)",
-            STOP_BEFORE_DEADLINE.as_secs()
-        )));
-    };
-    let status = status.map_err(|e| StepError::Failed(format!("waiting for ffmpeg: {e}")))?;
-    if !status.success() {
-        let stderr = errors.await.unwrap_or_default();
-        let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        return Err(StepError::Failed(format!(
-            "ffmpeg failed ({status}) after {:.1} s of output: {}",
-            progress.encoded,
-            tail.join(" | ")
-        )));
-    }
-    Ok(())
+    })
+    .await;
+    run.map_err(|failure| {
+        failure.into_step_error(
+            " (raise the function timeout, or shorten the ladder)",
+            &format!(" after {:.1} s of output", progress.encoded),
+        )
+    })
 }
 
 /// Uploads every file under `dir` by its relative path, in name order, the

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::bmff::BmffError;
 use crate::step::{AnyStep, Step, StepError};
 
+pub mod ffmpeg;
 pub mod hls;
 pub mod poster;
 pub mod probe;

@@ -15,13 +15,11 @@
 //! (`"input": {"recipe": "poster", "file": "poster.jpg"}`).
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use tokio::io::AsyncReadExt;
 
-use super::hls::{read_movie_for, spawn_ffmpeg, ScratchDir, ENV_FFMPEG, STOP_BEFORE_DEADLINE};
+use super::ffmpeg::{ffmpeg_from, run_to_end, time_left, MovieScratch, STOP_BEFORE_DEADLINE};
 use crate::step::{InputUse, JobOutputs, Step, StepContext, StepError};
 
 /// The output's name.
@@ -157,10 +155,7 @@ impl Poster {
     /// scratch in the system's temporary directory.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
         Poster {
-            ffmpeg: lookup(ENV_FFMPEG)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("ffmpeg")),
+            ffmpeg: ffmpeg_from(lookup),
             scratch: std::env::temp_dir(),
         }
     }
@@ -192,42 +187,26 @@ impl Step for Poster {
         context: &StepContext<'_>,
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
-        let input = context.input;
-        let spooled = if input.is_in_file() {
-            0
-        } else {
-            input.head.size
-        };
-        crate::step::scratch::ensure_room(&self.scratch, spooled, SCRATCH_RESERVE_BYTES)
-            .map_err(StepError::Failed)?;
-        // Named by the job: a crashed attempt's leftovers are replaced.
-        let dir = self.scratch.join(format!("mediaonce-{}", context.job_key));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| StepError::Failed(format!("creating {}: {e}", dir.display())))?;
-        let _cleanup = ScratchDir(dir.clone());
-        let input_path = dir.join("input");
-        input.spool_to(&input_path).await?;
-
-        let movie = read_movie_for(&input_path, "poster").await?;
-        if let Some(reference) = movie.external_data() {
-            return Err(StepError::Unprocessable(format!(
-                "poster refuses a movie whose data is outside the file ({reference}): \
-                 ffmpeg would be asked to open it"
-            )));
-        }
+        let scratch =
+            MovieScratch::prepare(&self.scratch, SCRATCH_RESERVE_BYTES, context, "poster").await?;
+        let movie = &scratch.movie;
         if movie.video().is_none() {
             return Err(StepError::Unprocessable(
                 "poster needs a video track; the input has none (audio only?)".into(),
             ));
         }
         let seconds = params.seconds_in(movie.duration);
-        let output = dir.join(POSTER_NAME);
-        let args = poster_args(&input_path, seconds, &output);
-        let time_left = context
-            .deadline_ms
-            .map(|deadline| Duration::from_millis(deadline.saturating_sub(context.clock.now_ms())));
-        run_to_end(&self.ffmpeg, &args, &dir, time_left).await?;
+        let output = scratch.dir.join(POSTER_NAME);
+        let args = poster_args(&scratch.input, seconds, &output);
+        run_to_end(
+            &self.ffmpeg,
+            &args,
+            &scratch.dir,
+            time_left(context),
+            |_| {},
+        )
+        .await
+        .map_err(|failure| failure.into_step_error("", ""))?;
         if !output.exists() {
             return Err(StepError::Unprocessable(format!(
                 "ffmpeg decoded no frame at {seconds:.3} s of a {:.3} s video",
@@ -236,52 +215,6 @@ impl Step for Poster {
         }
         outputs.put_file(POSTER_NAME, "image/jpeg", &output).await
     }
-}
-
-/// Runs ffmpeg to its end, killed [`STOP_BEFORE_DEADLINE`] before
-/// `time_left` runs out; its last error lines make the failure's message.
-async fn run_to_end(
-    ffmpeg: &Path,
-    args: &[String],
-    scratch: &Path,
-    time_left: Option<Duration>,
-) -> Result<(), StepError> {
-    let mut child = spawn_ffmpeg(ffmpeg, args, scratch, Stdio::null())?;
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let errors = tokio::spawn(async move {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text).await;
-        text
-    });
-    let status = match time_left {
-        Some(left) => {
-            match tokio::time::timeout(left.saturating_sub(STOP_BEFORE_DEADLINE), child.wait())
-                .await
-            {
-                Ok(status) => status,
-                Err(_) => {
-                    let _ = child.kill().await;
-                    return Err(StepError::Failed(format!(
-                        "ffmpeg stopped {} s before the invocation deadline, unfinished; \
-                         the job is retried",
-                        STOP_BEFORE_DEADLINE.as_secs()
-                    )));
-                }
-            }
-        }
-        None => child.wait().await,
-    }
-    .map_err(|e| StepError::Failed(format!("waiting for ffmpeg: {e}")))?;
-    if !status.success() {
-        let stderr = errors.await.unwrap_or_default();
-        let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        return Err(StepError::Failed(format!(
-            "ffmpeg failed ({status}): {}",
-            tail.join(" | ")
-        )));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::process::Command;
 /// The ffmpeg the tests make clips with, and hls-package runs by default.
 pub fn ffmpeg() -> PathBuf {
     // Found as the step finds it: MEDIAONCE_FFMPEG, else PATH.
-    let path = mediaonce::steps::hls::HlsPackage::from_env().ffmpeg;
+    let path = mediaonce::steps::ffmpeg::ffmpeg_from(|name| std::env::var(name).ok());
     let found = Command::new(&path)
         .arg("-version")
         .output()

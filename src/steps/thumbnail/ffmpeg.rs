@@ -1,6 +1,6 @@
 //! ffmpeg for the image formats `image` cannot read or write (HEIC and
 //! AVIF tiles in, AVIF out): the pinned build hls-package runs, started as
-//! hls-package starts it (`hls::spawn_ffmpeg`: a cleared environment,
+//! hls-package starts it (`ffmpeg::spawn_ffmpeg`: a cleared environment,
 //! killed with its job), its input on a pipe, stopped before the
 //! invocation's deadline.
 
@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::step::StepError;
-use crate::steps::hls::{spawn_ffmpeg, STOP_BEFORE_DEADLINE};
+use crate::steps::ffmpeg::{spawn_ffmpeg, STOP_BEFORE_DEADLINE};
 
 /// Why a run gave nothing usable.
 pub enum Failure {

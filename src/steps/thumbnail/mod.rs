@@ -74,7 +74,7 @@ impl Thumbnail {
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
         let max_pixels =
             max_pixels(lookup(ENV_MAX_PIXELS).as_deref()).unwrap_or(DEFAULT_MAX_PIXELS);
-        let ffmpeg = crate::steps::hls::HlsPackage::from_lookup(&lookup).ffmpeg;
+        let ffmpeg = crate::steps::ffmpeg::ffmpeg_from(&lookup);
         Thumbnail { max_pixels, ffmpeg }
     }
 }
@@ -552,7 +552,7 @@ fn time_left(context: &StepContext<'_>) -> Option<Duration> {
 
 /// The time an AVIF recipe declares: libaom's still-picture encode is
 /// seconds per output (~1.6 s at 1280 px on two cores), and ffmpeg is
-/// stopped `hls::STOP_BEFORE_DEADLINE` before the deadline.
+/// stopped `ffmpeg::STOP_BEFORE_DEADLINE` before the deadline.
 pub const AVIF_TIME_NEEDED: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
