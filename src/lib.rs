@@ -83,8 +83,8 @@ pub mod faults;
 
 pub use config::{Config, ConfigError};
 pub use handler::{
-    handle_batch, App, Collected, Invocation, NotReferenced, RebuildSummary, RebuiltVersion,
-    RecipeOutputs, SealedRow, StartupError,
+    handle_batch, render_tree, App, Collected, Invocation, NotReferenced, RebuildSummary,
+    RebuiltVersion, RecipeOutputs, SealedRow, StartupError,
 };
 pub use key::{job_key, Recipe};
 pub use report::{BatchReport, BatchUsage, JobReport, MessageReport, Outcome};

@@ -13,7 +13,7 @@ use mediaonce::handler::{BatchReport, Outcome};
 use mediaonce::key::{job_key, sha256_hex};
 use mediaonce::pipeline::HandOn;
 use mediaonce::references::VersionName;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// (recipe, outcome) of every job of a batch, in report order.
 fn outcomes(report: &BatchReport) -> Vec<(String, Outcome)> {
@@ -132,6 +132,51 @@ async fn a_poster_feeds_thumbnails_keyed_by_its_bytes_and_freed_with_the_video()
         (p.refs(&poster_key).await, p.refs(&thumbs_key).await),
         (1, 2)
     );
+    // `mediaonce outputs` shows the video's pipeline as a tree.
+    let video = mediaonce::store::ObjectRef {
+        bucket: p.bucket.clone(),
+        key: "v.mp4".into(),
+        version_id: None,
+        if_match: None,
+    };
+    let tree = p.app.outputs_of(&video).await.unwrap();
+    let tree = serde_json::to_value(&tree).unwrap();
+    assert_eq!(tree.as_array().unwrap().len(), 1, "{tree:#}");
+    let root = &tree[0];
+    assert_eq!(
+        (
+            &root["name"],
+            &root["job_key"],
+            &root["status"],
+            &root["refs"]
+        ),
+        (
+            &json!("poster"),
+            &json!(poster_key),
+            &json!("done"),
+            &json!(1)
+        ),
+        "{tree:#}"
+    );
+    let child = &root["downstream"][0];
+    assert_eq!(
+        (
+            &child["name"],
+            &child["job_key"],
+            &child["status"],
+            &child["refs"]
+        ),
+        (
+            &json!("poster-thumbs"),
+            &json!(thumbs_key),
+            &json!("done"),
+            &json!(2)
+        ),
+        "{tree:#}"
+    );
+    assert_eq!(child["input_hash_source"], "upstream-manifest");
+    assert_eq!(child["files"][0]["name"], "thumb-64.jpg", "{tree:#}");
+    assert!(child.get("downstream").is_none(), "{tree:#}");
     p.s3.delete_object()
         .bucket(&p.bucket)
         .key("v.mp4")

@@ -73,7 +73,7 @@ impl<'a> Downstream<'a> {
                         "{}: its outputs are not referenced by this version",
                         done.stale.unwrap_or_default()
                     );
-                    reports.extend(chained.iter().map(|c| report(c, Outcome::Skipped, &reason)));
+                    reports.extend(chained.iter().map(|c| c.unclaimed(Outcome::Skipped, &reason)));
                     break;
                 }
                 Err(err) => {
@@ -82,7 +82,7 @@ impl<'a> Downstream<'a> {
                     } else {
                         Outcome::Failed
                     };
-                    reports.extend(chained.iter().map(|c| report(c, outcome, &err.message)));
+                    reports.extend(chained.iter().map(|c| c.unclaimed(outcome, &err.message)));
                     break;
                 }
             };
@@ -124,49 +124,40 @@ impl<'a> Downstream<'a> {
             if children.is_empty() {
                 continue;
             }
-            let unkeyed = |rule: &RecipeRule, outcome, reason: String| JobReport {
-                job_key: String::new(),
-                recipe: rule.name.clone(),
-                step: rule.recipe.step.clone(),
-                outcome,
-                attempt: 0,
-                duration_ms: 0,
-                reason: Some(reason),
-                busy_until_ms: None,
-                input_hash_source: None,
-                outputs: None,
+            let mut none_runs = |outcome, reason: String| {
+                unrunnable.extend(
+                    children
+                        .iter()
+                        .map(|rule| unclaimed(rule, None, outcome, reason.clone())),
+                );
             };
             let outputs = match (done.outcome, &done.outputs) {
-                (Outcome::Ran | Outcome::Reused, Some(outputs)) => outputs.clone(),
+                (Outcome::Ran | Outcome::Reused, Some(outputs)) => outputs,
                 (Outcome::Poisoned, _) => {
                     let reason = format!("upstream recipe {} failed for good", upstream.name);
-                    unrunnable.extend(
-                        children
-                            .iter()
-                            .map(|rule| unkeyed(rule, Outcome::Skipped, reason.clone())),
-                    );
+                    none_runs(Outcome::Skipped, reason);
                     continue;
                 }
                 // Not done yet: its own report brings the message back.
                 _ => continue,
             };
-            let manifest = match self.app.manifest_at(&outputs).await {
+            let Some((bucket, prefix)) = crate::config::split_s3_location(outputs) else {
+                let reason = format!(
+                    "upstream job {}'s outputs {outputs:?} are not an s3://bucket/prefix/ location",
+                    done.job_key
+                );
+                none_runs(Outcome::Failed, reason);
+                continue;
+            };
+            let manifest = match self.app.manifest_under(bucket, prefix).await {
                 Ok(Some(manifest)) => manifest,
                 Ok(None) => {
                     let reason = format!("upstream job {}'s manifest is missing", done.job_key);
-                    unrunnable.extend(
-                        children
-                            .iter()
-                            .map(|rule| unkeyed(rule, Outcome::Failed, reason.clone())),
-                    );
+                    none_runs(Outcome::Failed, reason);
                     continue;
                 }
                 Err(err) => {
-                    unrunnable.extend(
-                        children
-                            .iter()
-                            .map(|rule| unkeyed(rule, Outcome::Failed, err.clone())),
-                    );
+                    none_runs(Outcome::Failed, err);
                     continue;
                 }
             };
@@ -174,18 +165,12 @@ impl<'a> Downstream<'a> {
                 let file_name = &rule.input.as_ref().expect("a chained recipe").file;
                 let Some(file) = manifest.outputs.iter().find(|f| &f.name == file_name) else {
                     let names: Vec<&str> = manifest.outputs.iter().map(|f| f.name.as_str()).collect();
-                    unrunnable.push(unkeyed(
-                        rule,
-                        Outcome::Skipped,
-                        format!(
-                            "upstream recipe {} wrote no {file_name} (it wrote {})",
-                            upstream.name,
-                            names.join(", ")
-                        ),
-                    ));
-                    continue;
-                };
-                let Some((bucket, prefix)) = crate::config::split_s3_location(&outputs) else {
+                    let reason = format!(
+                        "upstream recipe {} wrote no {file_name} (it wrote {})",
+                        upstream.name,
+                        names.join(", ")
+                    );
+                    unrunnable.push(unclaimed(rule, None, Outcome::Skipped, reason));
                     continue;
                 };
                 chained.push(Chained {
@@ -224,9 +209,9 @@ impl<'a> Downstream<'a> {
                     Ok(Some(head)) => head,
                     Ok(None) => {
                         let reason = format!("the upstream output {} is gone", job.input);
-                        return report(job, Outcome::Failed, &reason);
+                        return job.unclaimed(Outcome::Failed, &reason);
                     }
-                    Err(err) => return report(job, Outcome::Failed, &err.to_string()),
+                    Err(err) => return job.unclaimed(Outcome::Failed, &err.to_string()),
                 };
                 let uses = [job.rule.step.input_use()];
                 let size = head.size;
@@ -283,34 +268,31 @@ impl<'a> Downstream<'a> {
             ),
         };
         jobs.iter()
-            .map(|(rule, job_key)| JobReport {
-                job_key: job_key.clone(),
-                recipe: rule.name.clone(),
-                step: rule.recipe.step.clone(),
-                outcome,
-                attempt: 0,
-                duration_ms: 0,
-                reason: Some(reason.clone()),
-                busy_until_ms: None,
-                input_hash_source: Some(FingerprintSource::UpstreamManifest),
-                outputs: None,
-            })
+            .map(|(rule, job_key)| unclaimed(rule, Some(job_key.as_str()), outcome, reason.clone()))
             .collect()
     }
 }
 
-/// A keyed chained job reported without a claim.
-fn report(job: &Chained<'_>, outcome: Outcome, reason: &str) -> JobReport {
+impl Chained<'_> {
+    /// This job reported without a claim.
+    fn unclaimed(&self, outcome: Outcome, reason: &str) -> JobReport {
+        unclaimed(self.rule, Some(&self.job_key), outcome, reason.to_string())
+    }
+}
+
+/// A chained job reported without a claim: keyed (its input hash is the
+/// upstream manifest's), or not (its upstream gave it no input).
+fn unclaimed(rule: &RecipeRule, job_key: Option<&str>, outcome: Outcome, reason: String) -> JobReport {
     JobReport {
-        job_key: job.job_key.clone(),
-        recipe: job.rule.name.clone(),
-        step: job.rule.recipe.step.clone(),
+        job_key: job_key.unwrap_or_default().to_string(),
+        recipe: rule.name.clone(),
+        step: rule.recipe.step.clone(),
         outcome,
         attempt: 0,
         duration_ms: 0,
-        reason: Some(reason.to_string()),
+        reason: Some(reason),
         busy_until_ms: None,
-        input_hash_source: Some(FingerprintSource::UpstreamManifest),
+        input_hash_source: job_key.map(|_| FingerprintSource::UpstreamManifest),
         outputs: None,
     }
 }

@@ -58,7 +58,7 @@ pub use collect::Collected;
 pub use collect::COLLECT_LEASE;
 #[cfg(any(test, feature = "testing"))]
 pub use references::MARK_SETTLE_MS;
-pub use outputs::RecipeOutputs;
+pub use outputs::{render_tree, RecipeOutputs};
 pub use rebuild::{NotReferenced, RebuildSummary, RebuiltVersion, SealedRow};
 
 /// The invocation a batch arrived in.

@@ -1,6 +1,8 @@
-//! Where an object's outputs are: for each configured recipe that matches
-//! its key, the job the handler would key (the same identity, cache and
-//! reads), its row and its manifest (`mediaonce outputs`).
+//! Where an object's outputs are: its version's pipeline as a tree. For
+//! each root recipe that matches its key, the job the handler would key
+//! (the same identity, cache and reads), its row and its manifest; under
+//! it, the recipes chained to it, keyed by the SHA-256 that manifest
+//! records for their input file (`mediaonce outputs`).
 
 use super::identify::identify;
 use super::job::BatchJobs;
@@ -12,27 +14,39 @@ use crate::ledger::JobRow;
 use crate::step::{Manifest, OutputFile, MANIFEST_NAME};
 use crate::store::{ErrorKind, ObjectRef};
 
-/// One recipe's job for an object.
+/// One recipe's job for an object, and the jobs chained to it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RecipeOutputs {
+    /// The recipe's name (its step's when it has none).
+    pub name: String,
     pub recipe: serde_json::Value,
+    /// Empty when it cannot be keyed yet: a chained job whose upstream has
+    /// no manifest, or whose manifest lists no such file.
     pub job_key: String,
     pub input_hash_source: FingerprintSource,
-    /// `none` when the job has no row (never run, or collected).
+    /// `none` when the job has no row (never run, or collected);
+    /// `unkeyed` when it has no key yet.
     pub status: String,
     pub refs: Option<u64>,
     pub attempts: Option<u64>,
     /// Where the outputs are (the row's, else where this configuration
-    /// would put them).
+    /// would put them); empty when unkeyed.
     pub output_prefix: String,
     /// The manifest's files; empty when there is no manifest (yet).
     pub files: Vec<OutputFile>,
+    /// The recipes that read this one's output files.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub downstream: Vec<RecipeOutputs>,
+    /// The recipe's place in the configuration.
+    #[serde(skip)]
+    recipe_index: usize,
 }
 
 impl App {
-    /// The outputs of `object` (a version when it names one), recipe by
-    /// recipe. `Err` with a one-line reason when the object does not exist
-    /// or a call fails.
+    /// The outputs of `object` (a version when it names one): its
+    /// pipeline's root recipes, each with the recipes chained to it. `Err`
+    /// with a one-line reason when the object does not exist or a call
+    /// fails.
     pub async fn outputs_of(&self, object: &ObjectRef) -> Result<Vec<RecipeOutputs>, String> {
         let head = self
             .store
@@ -51,51 +65,89 @@ impl App {
         let mut found = Vec::with_capacity(rules.len());
         for rule in rules {
             let key = job_key(&fingerprint.input_hash, &rule.recipe_hash);
-            let row: Option<JobRow> = self.ledger.get(&key).await.map_err(|e| e.to_string())?;
-            let output_prefix = row
-                .as_ref()
-                .map(|r| r.output_prefix.clone())
-                .unwrap_or_else(|| self.config.output_location(&key));
-            let files = match split_s3_location(&output_prefix) {
-                Some((bucket, prefix)) if row.is_some() => {
-                    self.manifest(bucket, &format!("{prefix}{MANIFEST_NAME}"))
-                        .await?
-                        .map(|m| m.outputs)
-                        .unwrap_or_default()
+            found.push(self.job_outputs(rule, key, fingerprint.source).await?);
+        }
+        // Level by level: each job's children are keyed by its manifest.
+        let mut level: Vec<&mut RecipeOutputs> = found.iter_mut().collect();
+        while !level.is_empty() {
+            let mut next = Vec::new();
+            for upstream in level {
+                let rule = &self.config.recipes[upstream.recipe_index];
+                for child in self.config.chained_to(rule) {
+                    let file = &child.input.as_ref().expect("a chained recipe").file;
+                    let keyed = upstream.files.iter().find(|f| &f.name == file);
+                    let outputs = match keyed {
+                        Some(file) => {
+                            let key = job_key(&file.sha256, &child.recipe_hash);
+                            let source = FingerprintSource::UpstreamManifest;
+                            self.job_outputs(child, key, source).await?
+                        }
+                        None => RecipeOutputs::unkeyed(child),
+                    };
+                    upstream.downstream.push(outputs);
                 }
-                _ => Vec::new(),
-            };
-            found.push(RecipeOutputs {
-                recipe: rule.recipe.to_value(),
-                job_key: key.clone(),
-                input_hash_source: fingerprint.source,
-                status: row
-                    .as_ref()
-                    .map_or("none", |r| r.status.as_str())
-                    .to_string(),
-                refs: match &row {
-                    Some(_) => Some(
-                        self.ledger
-                            .references(&key)
-                            .await
-                            .map_err(|e| e.to_string())?
-                            .len() as u64,
-                    ),
-                    None => None,
-                },
-                attempts: row.as_ref().map(|r| r.attempts),
-                output_prefix,
-                files,
-            });
+                next.extend(upstream.downstream.iter_mut());
+            }
+            level = next;
         }
         Ok(found)
     }
 
-    /// The manifest of the job whose outputs are at `location`
-    /// (`s3://bucket/prefix/`), if it has been written.
-    pub(super) async fn manifest_at(&self, location: &str) -> Result<Option<Manifest>, String> {
-        let (bucket, prefix) = split_s3_location(location)
-            .ok_or_else(|| format!("{location:?} is not an s3://bucket/prefix/ location"))?;
+    /// `rule`'s job `key`: its row, references and manifest.
+    async fn job_outputs(
+        &self,
+        rule: &RecipeRule,
+        key: String,
+        input_hash_source: FingerprintSource,
+    ) -> Result<RecipeOutputs, String> {
+        let row: Option<JobRow> = self.ledger.get(&key).await.map_err(|e| e.to_string())?;
+        let output_prefix = row
+            .as_ref()
+            .map(|r| r.output_prefix.clone())
+            .unwrap_or_else(|| self.config.output_location(&key));
+        let files = match split_s3_location(&output_prefix) {
+            Some((bucket, prefix)) if row.is_some() => self
+                .manifest_under(bucket, prefix)
+                .await?
+                .map(|m| m.outputs)
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let refs = match &row {
+            Some(_) => Some(
+                self.ledger
+                    .references(&key)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .len() as u64,
+            ),
+            None => None,
+        };
+        Ok(RecipeOutputs {
+            name: rule.name.clone(),
+            recipe: rule.recipe.to_value(),
+            job_key: key,
+            input_hash_source,
+            status: row
+                .as_ref()
+                .map_or("none", |r| r.status.as_str())
+                .to_string(),
+            refs,
+            attempts: row.as_ref().map(|r| r.attempts),
+            output_prefix,
+            files,
+            downstream: Vec::new(),
+            recipe_index: rule.index,
+        })
+    }
+
+    /// The manifest of the job whose outputs are under `prefix` in
+    /// `bucket`, if it has been written.
+    pub(super) async fn manifest_under(
+        &self,
+        bucket: &str,
+        prefix: &str,
+    ) -> Result<Option<Manifest>, String> {
         self.manifest(bucket, &format!("{prefix}{MANIFEST_NAME}"))
             .await
     }
@@ -121,5 +173,109 @@ impl App {
         serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|e| format!("s3://{bucket}/{key} is not a manifest: {e}"))
+    }
+}
+
+impl RecipeOutputs {
+    /// A chained recipe whose upstream gave it no input (yet).
+    fn unkeyed(rule: &RecipeRule) -> Self {
+        RecipeOutputs {
+            name: rule.name.clone(),
+            recipe: rule.recipe.to_value(),
+            job_key: String::new(),
+            input_hash_source: FingerprintSource::UpstreamManifest,
+            status: "unkeyed".into(),
+            refs: None,
+            attempts: None,
+            output_prefix: String::new(),
+            files: Vec::new(),
+            downstream: Vec::new(),
+            recipe_index: rule.index,
+        }
+    }
+}
+
+/// The pipeline as an operator reads it: one line per job (recipe, job
+/// key, status, references, files), the chained ones indented under their
+/// upstream. Pure.
+pub fn render_tree(roots: &[RecipeOutputs]) -> String {
+    fn walk(jobs: &[RecipeOutputs], indent: &str, out: &mut String) {
+        for (i, job) in jobs.iter().enumerate() {
+            let last = i + 1 == jobs.len();
+            let branch = if indent.is_empty() {
+                ""
+            } else if last {
+                "└─ "
+            } else {
+                "├─ "
+            };
+            let key = if job.job_key.is_empty() {
+                "-".to_string()
+            } else {
+                job.job_key.chars().take(12).collect()
+            };
+            let refs = job.refs.map_or("-".to_string(), |n| n.to_string());
+            let files: Vec<&str> = job.files.iter().map(|f| f.name.as_str()).collect();
+            out.push_str(&format!(
+                "{indent}{branch}{} {key} {} refs={refs} [{}]\n",
+                job.name,
+                job.status,
+                files.join(", ")
+            ));
+            let deeper = match (indent.is_empty(), last) {
+                (true, _) => "  ".to_string(),
+                (false, true) => format!("{indent}   "),
+                (false, false) => format!("{indent}│  "),
+            };
+            walk(&job.downstream, &deeper, out);
+        }
+    }
+    let mut out = String::new();
+    walk(roots, "", &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(name: &str, key: &str, status: &str, downstream: Vec<RecipeOutputs>) -> RecipeOutputs {
+        RecipeOutputs {
+            name: name.into(),
+            recipe: serde_json::Value::Null,
+            job_key: key.into(),
+            input_hash_source: FingerprintSource::UpstreamManifest,
+            status: status.into(),
+            refs: (!key.is_empty()).then_some(1),
+            attempts: None,
+            output_prefix: String::new(),
+            files: Vec::new(),
+            downstream,
+            recipe_index: 0,
+        }
+    }
+
+    #[test]
+    fn a_tree_of_jobs_one_line_each() {
+        let roots = vec![
+            job(
+                "poster",
+                "aaaaaaaaaaaaaaaaaaaa",
+                "done",
+                vec![
+                    job("thumbs", "bbbbbbbbbbbbbbbb", "done", vec![]),
+                    job("crop", "", "unkeyed", vec![job("crop-webp", "", "unkeyed", vec![])]),
+                ],
+            ),
+            job("hls", "cccccccccccccccc", "none", vec![]),
+        ];
+        assert_eq!(
+            render_tree(&roots),
+            "poster aaaaaaaaaaaa done refs=1 []\n\
+             \x20 ├─ thumbs bbbbbbbbbbbb done refs=1 []\n\
+             \x20 └─ crop - unkeyed refs=- []\n\
+             \x20    └─ crop-webp - unkeyed refs=- []\n\
+             hls cccccccccccc none refs=1 []\n"
+        );
     }
 }

@@ -23,7 +23,7 @@ use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use serde_json::{Map, Value};
 
 use crate::config::Config;
-use crate::handler::{handle_batch, App, Invocation};
+use crate::handler::{handle_batch, App, Invocation, Outcome};
 use crate::lease::Clock;
 use crate::ledger::Ledger;
 use crate::queue::{Queue, RecordingQueue};
@@ -51,6 +51,9 @@ pub struct SimOptions {
     /// Share of step runs whose worker dies before finishing.
     pub crashes: f64,
     pub recipes: usize,
+    /// A video-like pipeline instead of `recipes` flat ones: probe, hls,
+    /// poster, and thumbnails of the poster (chained to it).
+    pub chained: bool,
     pub seed: u64,
     pub gb_seconds_per_run: f64,
     pub price: Prices,
@@ -90,6 +93,7 @@ impl Default for SimOptions {
             reprocess_clicks: 0.05,
             crashes: 0.002,
             recipes: 1,
+            chained: false,
             seed: 1,
             gb_seconds_per_run: 50.0,
             price: Prices::default(),
@@ -106,6 +110,8 @@ pub struct SimReport {
     pub invocations: u64,
     pub runs_by_message_id: u64,
     pub runs_by_content: u64,
+    /// Jobs that ran to their finish, by recipe: each unique job once.
+    pub runs_by_recipe: BTreeMap<String, u64>,
     pub unique_jobs: u64,
     pub runs_cut_short_by_crashes: u64,
     pub dynamodb_calls: u64,
@@ -118,7 +124,10 @@ pub struct SimReport {
 }
 
 /// The step the simulation runs: counts its runs, and for a share of them
-/// makes its worker die before the finish.
+/// makes its worker die before the finish. With `"writes": name` in its
+/// params it writes one small output file of that name, its bytes the job
+/// key's (the same content gives the same file), for a chained recipe to
+/// read.
 struct CountedRun {
     runs: Arc<AtomicU64>,
     crashes: Arc<AtomicU64>,
@@ -129,25 +138,30 @@ struct CountedRun {
 
 #[async_trait::async_trait]
 impl Step for CountedRun {
-    type Params = ();
+    /// The output file it writes, if any.
+    type Params = Option<String>;
 
     fn name(&self) -> &'static str {
         "simulated"
     }
 
-    fn params(&self, _params: &Map<String, Value>) -> Result<(), String> {
-        Ok(())
+    fn params(&self, params: &Map<String, Value>) -> Result<Option<String>, String> {
+        match params.get("writes") {
+            None => Ok(None),
+            Some(Value::String(name)) => Ok(Some(name.clone())),
+            Some(other) => Err(format!("writes must be a file name, got {other}")),
+        }
     }
 
-    fn input_use(&self, _params: &()) -> InputUse {
+    fn input_use(&self, _params: &Option<String>) -> InputUse {
         InputUse::Ranges
     }
 
     async fn run(
         &self,
-        _params: &(),
+        writes: &Option<String>,
         context: &StepContext<'_>,
-        _outputs: &mut JobOutputs,
+        outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
         self.runs.fetch_add(1, Ordering::Relaxed);
         // A run takes time: another invocation may interleave here.
@@ -159,6 +173,12 @@ impl Step for CountedRun {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(context.job_key.to_string());
+        }
+        if let Some(name) = writes {
+            let bytes = context.job_key.as_bytes().to_vec();
+            outputs
+                .put_bytes(name, "application/octet-stream", bytes)
+                .await?;
         }
         Ok(())
     }
@@ -196,6 +216,31 @@ enum ById {
     Done,
 }
 
+/// The recipes of the month: `recipes` flat ones (`recipe-0`, ...), or the
+/// video-like pipeline, every recipe a [`CountedRun`] of its own params.
+fn sim_recipes(options: &SimOptions) -> Vec<Value> {
+    if options.chained {
+        return serde_json::json!([
+            {"name": "probe", "step": "simulated", "version": 1, "params": {"rendition": "probe"}},
+            {"name": "hls", "step": "simulated", "version": 1, "params": {"rendition": "hls"}},
+            {"name": "poster", "step": "simulated", "version": 1,
+             "params": {"rendition": "poster", "writes": "poster.jpg"}},
+            {"name": "poster-thumbs", "step": "simulated", "version": 1,
+             "params": {"rendition": "poster-thumbs"},
+             "input": {"recipe": "poster", "file": "poster.jpg"}}
+        ])
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    }
+    (0..options.recipes.max(1))
+        .map(|n| {
+            serde_json::json!({"name": format!("recipe-{n}"), "step": "simulated", "version": 1,
+                               "params": {"rendition": n}})
+        })
+        .collect()
+}
+
 /// Plays the month.
 pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
     let table = SimTable::new();
@@ -219,9 +264,8 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
         rng: Mutex::new(fastrand::Rng::with_seed(options.seed ^ 0x5eed)),
         crash_before_finish: table.crash_before_finish.clone(),
     });
-    let recipes: Vec<Value> = (0..options.recipes.max(1))
-        .map(|n| serde_json::json!({"step": "simulated", "version": 1, "params": {"rendition": n}}))
-        .collect();
+    let recipes = sim_recipes(options);
+    let recipe_count = recipes.len() as u64;
     let vars: HashMap<&str, String> = HashMap::from([
         ("MEDIAONCE_TABLE", "simulated".to_string()),
         ("MEDIAONCE_OUTPUT_BUCKET", "outputs".to_string()),
@@ -262,6 +306,7 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
         invocations: 0,
         runs_by_message_id: 0,
         runs_by_content: 0,
+        runs_by_recipe: BTreeMap::new(),
         unique_jobs: 0,
         runs_cut_short_by_crashes: 0,
         dynamodb_calls: 0,
@@ -272,7 +317,6 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
         bill_by_content_usd: 0.0,
         options: options.clone(),
     };
-    let recipes = options.recipes.max(1) as u64;
     let mut receipts = 0u64;
 
     loop {
@@ -318,7 +362,7 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
                     Some(ById::Done) => {}
                     Some(ById::InProgress { until_ms }) if until_ms > now || n > 0 => {}
                     _ => {
-                        report.runs_by_message_id += recipes;
+                        report.runs_by_message_id += recipe_count;
                         by_id.insert(
                             delivery.message_id.clone(),
                             ById::InProgress {
@@ -357,6 +401,9 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
             report.deliveries += messages.len() as u64;
             for job in batch_report.jobs() {
                 *report.outcomes.entry(job.outcome.as_str()).or_default() += 1;
+                if job.outcome == Outcome::Ran {
+                    *report.runs_by_recipe.entry(job.recipe.clone()).or_default() += 1;
+                }
             }
             let failed: HashSet<String> = batch_report
                 .response()
@@ -394,7 +441,7 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
 
     report.runs_by_content = runs.load(Ordering::Relaxed);
     report.runs_cut_short_by_crashes = crashes.load(Ordering::Relaxed);
-    report.unique_jobs = traffic.unique_contents() * recipes;
+    report.unique_jobs = traffic.unique_contents() * recipe_count;
     report.dynamodb = table_use.lock().unwrap_or_else(|e| e.into_inner()).clone();
     report.dynamodb_calls = report.dynamodb.total_calls();
     report.s3_requests = s3_requests
@@ -425,7 +472,7 @@ pub fn render(report: &SimReport) -> String {
     let mut text = String::new();
     text.push_str(&format!(
         "mediaonce simulate: {} uploads, {:.0}% identical, {:.0}% S3 duplicates, {:.0}% redelivered while running, \
-         {:.0}% of batches retried by Lambda, {:.0}% reprocess clicks, {:.1}% of runs crashed; {} recipe(s); seed {}\n\n",
+         {:.0}% of batches retried by Lambda, {:.0}% reprocess clicks, {:.1}% of runs crashed; {}; seed {}\n\n",
         o.uploads,
         o.identical * 100.0,
         o.s3_duplicates * 100.0,
@@ -433,7 +480,11 @@ pub fn render(report: &SimReport) -> String {
         o.lambda_retries * 100.0,
         o.reprocess_clicks * 100.0,
         o.crashes * 100.0,
-        o.recipes,
+        if o.chained {
+            "a chained pipeline (probe, hls, poster, poster-thumbs)".to_string()
+        } else {
+            format!("{} recipe(s)", o.recipes)
+        },
         o.seed
     ));
     let row = |name: &str, value: String| format!("  {name:<44} {value:>14}\n");
@@ -458,6 +509,12 @@ pub fn render(report: &SimReport) -> String {
         "  runs cut short by crashes",
         report.runs_cut_short_by_crashes.to_string(),
     ));
+    for (recipe, n) in &report.runs_by_recipe {
+        text.push_str(&row(
+            &format!("  ran to the finish: {recipe}"),
+            n.to_string(),
+        ));
+    }
     text.push_str(&row("DynamoDB calls", report.dynamodb_calls.to_string()));
     for (call, n) in &report.dynamodb.calls {
         text.push_str(&row(&format!("  {call}"), n.to_string()));
@@ -519,6 +576,10 @@ mod tests {
             report.dynamodb.calls["UpdateItem (takeover)"],
             report.runs_cut_short_by_crashes
         );
+        assert_eq!(
+            report.runs_by_recipe.values().sum::<u64>(),
+            report.unique_jobs
+        );
         // The same seed, the same month.
         let again = simulate(&options).await.unwrap();
         assert_eq!(
@@ -533,5 +594,37 @@ mod tests {
                 report.deliveries
             )
         );
+    }
+
+    #[tokio::test]
+    async fn a_chained_pipeline_runs_every_job_once_too() {
+        let options = SimOptions {
+            uploads: 1_500,
+            identical: 0.2,
+            s3_duplicates: 0.1,
+            redeliveries: 0.1,
+            lambda_retries: 0.05,
+            reprocess_clicks: 0.1,
+            crashes: 0.02,
+            chained: true,
+            seed: 11,
+            ..SimOptions::default()
+        };
+        let report = simulate(&options).await.unwrap();
+        assert!(report.runs_cut_short_by_crashes > 0, "{report:?}");
+        assert_eq!(
+            report.runs_by_content,
+            report.unique_jobs + report.runs_cut_short_by_crashes,
+            "{report:?}"
+        );
+        // Every recipe, the chained one too, ran each content once.
+        let contents = report.unique_jobs / 4;
+        let names: Vec<&str> = report.runs_by_recipe.keys().map(String::as_str).collect();
+        assert_eq!(names, ["hls", "poster", "poster-thumbs", "probe"]);
+        assert!(
+            report.runs_by_recipe.values().all(|&n| n == contents),
+            "{report:?}"
+        );
+        assert_eq!(report.outcomes.get("handed-on"), None, "{report:?}");
     }
 }

@@ -389,14 +389,19 @@ fn outputs(location: &str, version_id: Option<String>) -> ExitCode {
             version_id,
             if_match: None,
         };
-        match app.outputs_of(&object).await {
-            Ok(found) => match serde_json::to_string_pretty(&found) {
-                Ok(json) => {
-                    println!("{json}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(format!("outputs: {e}")),
-            },
+        let found = match app.outputs_of(&object).await {
+            Ok(found) => found,
+            Err(e) => return fail(format!("outputs: {e}")),
+        };
+        // The tree for the operator's eyes; the JSON for scripts.
+        if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            eprint!("{}", mediaonce::render_tree(&found));
+        }
+        match serde_json::to_string_pretty(&found) {
+            Ok(json) => {
+                println!("{json}");
+                ExitCode::SUCCESS
+            }
             Err(e) => fail(format!("outputs: {e}")),
         }
     })

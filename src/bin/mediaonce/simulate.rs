@@ -39,6 +39,10 @@ pub struct SimulateArgs {
     /// Recipes per upload.
     #[arg(long, default_value_t = 1)]
     recipes: usize,
+    /// A video-like pipeline instead of --recipes: probe, hls, poster, and
+    /// thumbnails of the poster (a recipe chained to the poster's output).
+    #[arg(long)]
+    chained: bool,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Lambda GB-seconds of one step run (a transcode: 1769 MB for ~30 s).
@@ -113,6 +117,7 @@ pub fn run(args: SimulateArgs) -> ExitCode {
         reprocess_clicks: args.reprocess_clicks,
         crashes: args.crashes,
         recipes: args.recipes.max(1),
+        chained: args.chained,
         seed: args.seed,
         gb_seconds_per_run: args.gb_seconds_per_run,
         price: Prices {
