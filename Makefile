@@ -1,6 +1,6 @@
 # mediaonce: make demo | make test | make lint | make lambda
 #
-# The emulators (LocalStack for S3 and SQS, moto for DynamoDB; or the
+# The emulators (LocalStack for S3, SQS and EventBridge, moto for DynamoDB; or the
 # LocalStack container for all three where Docker runs) are installed and
 # started by scripts/emulators.sh; MEDIAONCE_EMULATORS=native|docker|auto.
 

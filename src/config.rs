@@ -26,6 +26,8 @@ pub const ENV_MAX_ATTEMPTS: &str = "MEDIAONCE_MAX_ATTEMPTS";
 pub const ENV_DEADLINE_MARGIN_SECS: &str = "MEDIAONCE_DEADLINE_MARGIN_SECS";
 pub const ENV_RELEASE_ON_DELETE_MARKER: &str = "MEDIAONCE_RELEASE_ON_DELETE_MARKER";
 pub const ENV_GC_GRACE_SECS: &str = "MEDIAONCE_GC_GRACE_SECS";
+/// The EventBridge bus (name or ARN) completion events go to; unset: none.
+pub const ENV_EVENT_BUS: &str = "MEDIAONCE_EVENT_BUS";
 pub use crate::metrics::{DEFAULT_NAMESPACE, ENV_METRICS, ENV_METRICS_NAMESPACE};
 pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(86_400);
 pub use crate::identity::{IdentityMode, ENV_IDENTITY};
@@ -134,6 +136,33 @@ pub struct Config {
     pub gc_grace: Duration,
     /// The CloudWatch namespace of the batches' EMF metrics; `None`: off.
     pub metrics_namespace: Option<String>,
+    /// Where completion events go (a bus name or ARN); `None`: none.
+    pub event_bus: Option<String>,
+}
+
+/// An EventBridge bus: a name (1 to 256 of letters, digits and `._-/`)
+/// or an `arn:...:events:...:event-bus/<name>` ARN.
+fn event_bus(text: &str) -> Result<String, ConfigError> {
+    let name = match text.strip_prefix("arn:") {
+        Some(_) => text
+            .split_once(":event-bus/")
+            .filter(|(head, _)| head.split(':').nth(2) == Some("events"))
+            .map(|(_, name)| name),
+        None => Some(text),
+    };
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "._-/".contains(c);
+    match name {
+        Some(name) if !name.is_empty() && name.len() <= 256 && name.chars().all(allowed) => {
+            Ok(text.to_string())
+        }
+        _ => Err(invalid(
+            ENV_EVENT_BUS,
+            format!(
+                "{text:?} is not an EventBridge bus name (letters, digits and ._-/) or \
+                 event-bus ARN"
+            ),
+        )),
+    }
 }
 
 /// A CloudWatch namespace: 1 to 255 of letters, digits and `.-_/#:`, not
@@ -288,7 +317,11 @@ impl Config {
                 ))
             }
         };
+        let event_bus = get(ENV_EVENT_BUS)
+            .map(|bus| event_bus(bus.trim()))
+            .transpose()?;
         Ok(Config {
+            event_bus,
             identity,
             release_on_delete_marker,
             gc_grace,
@@ -805,5 +838,21 @@ mod tests {
             unknown.problem.contains("unknown field \"bucket\""),
             "{unknown}"
         );
+    }
+
+    #[test]
+    fn the_event_bus_is_a_name_or_an_arn() {
+        let bus = |text: &str| config(&[(ENV_TABLE, "t"), (ENV_EVENT_BUS, text)]);
+        assert_eq!(config(&[(ENV_TABLE, "t")]).unwrap().event_bus, None);
+        assert_eq!(
+            bus("default").unwrap().event_bus.as_deref(),
+            Some("default")
+        );
+        let arn = "arn:aws:events:eu-west-1:123456789012:event-bus/media";
+        assert_eq!(bus(arn).unwrap().event_bus.as_deref(), Some(arn));
+        for bad in ["media bus", "arn:aws:sqs:eu-west-1:123456789012:q"] {
+            let e = bus(bad).unwrap_err();
+            assert_eq!(e.variable, ENV_EVENT_BUS, "{bad}");
+        }
     }
 }

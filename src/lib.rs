@@ -57,6 +57,7 @@ macro_rules! internal {
 
 pub mod aws;
 pub mod backfill;
+pub mod bus;
 pub mod config;
 pub mod error;
 pub mod fingerprint;

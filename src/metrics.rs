@@ -110,6 +110,12 @@ pub fn batch_documents(
     add("OutputBytesWritten", "Bytes", usage.output_bytes_written);
     add("DynamoDbCalls", "Count", usage.dynamodb_calls);
     add("DynamoDbRetries", "Count", usage.dynamodb_retries);
+    add("EventsPublished", "Count", usage.events_published);
+    add(
+        "EventPublishFailures",
+        "Count",
+        usage.event_publish_failures,
+    );
     if cold_start {
         add("ColdStart", "Count", 1);
     }
@@ -267,6 +273,8 @@ pub(crate) mod tests {
                 output_bytes_written: 99,
                 dynamodb_calls: 7,
                 dynamodb_retries: 2,
+                events_published: 1,
+                event_publish_failures: 0,
             },
         };
         let documents = batch_documents("ns", &report, true, 1_700_000_000_000);
@@ -307,6 +315,13 @@ pub(crate) mod tests {
         assert_eq!(batch["OutputBytesWritten"], 99);
         assert_eq!(batch["DynamoDbCalls"], 7);
         assert_eq!(batch["DynamoDbRetries"], 2);
+        assert_eq!(
+            (
+                batch["EventsPublished"].clone(),
+                batch["EventPublishFailures"].clone()
+            ),
+            (1.into(), 0.into())
+        );
         assert_eq!(batch["ColdStart"], 1);
         assert_eq!(
             batch["_aws"]["CloudWatchMetrics"][0]["Dimensions"],

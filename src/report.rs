@@ -125,6 +125,9 @@ pub struct BatchUsage {
     /// Contended DynamoDB calls retried in-process (transaction conflicts
     /// and throttles): the price of contention, in calls.
     pub dynamodb_retries: u64,
+    /// Completion events published, and publications that failed.
+    pub events_published: u64,
+    pub event_publish_failures: u64,
 }
 
 impl BatchUsage {
@@ -139,6 +142,12 @@ impl BatchUsage {
             dynamodb_retries: self
                 .dynamodb_retries
                 .saturating_sub(before.dynamodb_retries),
+            events_published: self
+                .events_published
+                .saturating_sub(before.events_published),
+            event_publish_failures: self
+                .event_publish_failures
+                .saturating_sub(before.event_publish_failures),
         }
     }
 }

@@ -195,7 +195,7 @@ async fn a_poster_feeds_thumbnails_keyed_by_its_bytes_and_freed_with_the_video()
 }
 
 #[tokio::test]
-async fn an_audio_only_upload_fails_the_poster_for_good_and_skips_its_chain() {
+async fn an_audio_only_upload_fails_the_poster_and_its_chain_for_good() {
     let p = Pipeline::new(Options {
         separate_output_bucket: true,
         recipes: Some(POSTER_RECIPES.into()),
@@ -219,7 +219,7 @@ async fn an_audio_only_upload_fails_the_poster_for_good_and_skips_its_chain() {
         outcomes(&report),
         pairs(&[
             ("poster", Outcome::Poisoned),
-            ("poster-thumbs", Outcome::Skipped)
+            ("poster-thumbs", Outcome::Poisoned)
         ]),
         "{report:?}"
     );

@@ -38,6 +38,10 @@ fn every_fixture_round_trips_through_the_lambda_types() {
         let original: Value =
             serde_json::from_str(&std::fs::read_to_string(events_dir().join(&name)).unwrap())
                 .unwrap();
+        if original.get("detail-type").is_some() {
+            // An EventBridge event (what mediaonce publishes), below.
+            continue;
+        }
         let event: SqsEvent =
             serde_json::from_value(original.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
         let again: Value = serde_json::to_value(&event).unwrap();
@@ -53,6 +57,24 @@ fn every_fixture_round_trips_through_the_lambda_types() {
             }
         }
     }
+}
+
+#[test]
+fn the_completion_event_round_trips_as_an_application_receives_it() {
+    use aws_lambda_events::event::eventbridge::EventBridgeEvent;
+    let name = "completion-succeeded.json";
+    let original: Value =
+        serde_json::from_str(&std::fs::read_to_string(events_dir().join(name)).unwrap()).unwrap();
+    let event: EventBridgeEvent =
+        serde_json::from_value(original.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(event.source, mediaonce::pipeline::completion::SOURCE);
+    assert_eq!(
+        event.detail_type,
+        mediaonce::pipeline::completion::SUCCEEDED
+    );
+    let again = serde_json::to_value(&event).unwrap();
+    assert_eq!(again["detail"], original["detail"], "{name}");
+    assert_eq!(again["resources"], original["resources"], "{name}");
 }
 
 fn only_record(name: &str) -> mediaonce::event::S3Record {

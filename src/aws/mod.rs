@@ -73,3 +73,7 @@ impl HasStatus for aws_smithy_runtime_api::http::Response {
         self.status().as_u16()
     }
 }
+
+pub fn eventbridge_client(config: &SdkConfig) -> aws_sdk_eventbridge::Client {
+    aws_sdk_eventbridge::Client::new(config)
+}

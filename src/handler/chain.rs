@@ -2,7 +2,9 @@
 //! upstream job is done (ran or reused), the jobs chained to it are keyed
 //! by the SHA-256 its manifest records for their input file, referenced by
 //! the version, and run here when the deadline leaves them their time, or
-//! handed on to the job queue in one hand-on message otherwise.
+//! handed on to the job queue in one hand-on message otherwise. A job
+//! whose upstream failed for good, or wrote no such file, fails for good
+//! itself (`poisoned`, no job key).
 //!
 //! Nothing is lost to a crash: the upload's message is acknowledged only
 //! once every job of the pipeline is done, permanently failed, or handed
@@ -135,7 +137,7 @@ impl<'a> Downstream<'a> {
                 (Outcome::Ran | Outcome::Reused, Some(outputs)) => outputs,
                 (Outcome::Poisoned, _) => {
                     let reason = format!("upstream recipe {} failed for good", upstream.name);
-                    none_runs(Outcome::Skipped, reason);
+                    none_runs(Outcome::Poisoned, reason);
                     continue;
                 }
                 // Not done yet: its own report brings the message back.
@@ -170,7 +172,7 @@ impl<'a> Downstream<'a> {
                         upstream.name,
                         names.join(", ")
                     );
-                    unrunnable.push(unclaimed(rule, None, Outcome::Skipped, reason));
+                    unrunnable.push(unclaimed(rule, None, Outcome::Poisoned, reason));
                     continue;
                 };
                 chained.push(Chained {

@@ -30,6 +30,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::bus::Bus;
 use crate::config::{Config, ConfigError, RecipeRule};
 use crate::lease::{Clock, SystemClock};
 use crate::ledger::{Ledger, LedgerError};
@@ -41,6 +42,7 @@ use crate::store::ObjectStore;
 mod batch;
 mod busy;
 mod chain;
+mod completion;
 pub mod collect;
 mod identify;
 mod job;
@@ -86,6 +88,8 @@ pub struct App {
     pub ledger: Ledger,
     pub store: ObjectStore,
     pub queue: Queue,
+    /// Where completion events go (`MEDIAONCE_EVENT_BUS`); `None`: none.
+    pub bus: Option<Bus>,
     clock: Arc<dyn Clock>,
     /// Where inputs read whole are kept as files (`/tmp` in Lambda).
     scratch: PathBuf,
@@ -113,11 +117,19 @@ impl App {
             ledger,
             store,
             queue,
+            bus: None,
             clock: Arc::new(SystemClock),
             scratch: std::env::temp_dir(),
             rng: Mutex::new(fastrand::Rng::new()),
             metrics_out: MetricsOut::Stderr,
         }
+    }
+
+    /// The same, publishing completion events on `bus` (to the bus the
+    /// configuration names).
+    pub fn with_bus(mut self, bus: Bus) -> Self {
+        self.bus = Some(bus);
+        self
     }
 
     /// Writes the batches' metrics to `out`.
@@ -136,6 +148,8 @@ impl App {
                 let (conflicts, throttles) = self.ledger.retries();
                 conflicts + throttles
             },
+            events_published: self.bus.as_ref().map_or(0, |bus| bus.counts().0),
+            event_publish_failures: self.bus.as_ref().map_or(0, |bus| bus.counts().1),
         }
     }
 
@@ -247,7 +261,7 @@ impl App {
     /// The AWS clients for `config`, the table checked.
     pub async fn from_config(config: Config) -> Result<Self, StartupError> {
         let sdk = crate::aws::load_sdk_config().await;
-        let app = App::new(
+        let mut app = App::new(
             config.clone(),
             Ledger::dynamodb_with_refs(
                 crate::aws::dynamodb_client(&sdk),
@@ -260,6 +274,9 @@ impl App {
             ),
             Queue::sqs(crate::aws::sqs_client(&sdk)),
         );
+        if config.event_bus.is_some() {
+            app = app.with_bus(Bus::eventbridge(crate::aws::eventbridge_client(&sdk)));
+        }
         app.ledger.check_table().await?;
         Ok(app)
     }

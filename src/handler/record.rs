@@ -7,6 +7,7 @@ use std::time::Instant;
 
 
 use super::chain::Downstream;
+use super::completion::publish_if_complete;
 use super::identify::{forget_if_disproved, identify, Identified};
 use super::job::{elapsed_ms, BatchJobs, JobRun};
 use super::references::{head_null_version, reconcile_version, Start};
@@ -91,10 +92,9 @@ async fn process_record(
     let turn = batch.version_turn(&version.row_key());
     let _turn = turn.lock().await;
     match record.kind() {
-        EventKind::Created => (
-            process_created(app, batch, invocation, (message_id, queue_url), record).await,
-            None,
-        ),
+        EventKind::Created => {
+            process_created(app, batch, invocation, (message_id, queue_url), record).await
+        }
         EventKind::Removed | EventKind::DeleteMarker => {
             (Vec::new(), process_removed(app, message_id, record, &version).await)
         }
@@ -158,7 +158,7 @@ async fn process_created(
     invocation: &Invocation,
     (message_id, queue_url): (&str, Option<&str>),
     record: &S3Record,
-) -> Vec<JobReport> {
+) -> (Vec<JobReport>, Option<String>) {
     let (bucket, key) = (&record.bucket, &record.key);
     if app.config.is_own_output(bucket, key) {
         tracing::info!(
@@ -167,7 +167,7 @@ async fn process_created(
             key,
             "object is one of our outputs: acknowledged, no job (recursion guard)"
         );
-        return Vec::new();
+        return (Vec::new(), None);
     }
     let rules: Vec<&RecipeRule> = app.config.recipes_for(key);
     if rules.is_empty() {
@@ -177,7 +177,7 @@ async fn process_created(
             key,
             "no recipe matches the key: acknowledged, no job"
         );
-        return Vec::new();
+        return (Vec::new(), None);
     }
     let unclaimed = Unclaimed {
         rules: &rules,
@@ -207,16 +207,18 @@ async fn process_created(
     let identified = match identified {
         Ok(identified) => identified,
         // No input hash, no key: report each recipe's job without claiming it.
-        Err((outcome, reason)) => return unclaimed.report(None, outcome, &reason),
+        Err((outcome, reason)) => return (unclaimed.report(None, outcome, &reason), None),
     };
-    let reports = run_pipeline(app, batch, invocation, queue_url, &rules, &identified, &unclaimed).await;
+    let done = run_pipeline(app, batch, invocation, queue_url, &rules, &identified, &unclaimed).await;
     forget_if_disproved(app, &identified).await;
-    reports
+    done
 }
 
 /// A keyed version's pipeline: every root job referenced by the version
 /// before any is claimed or reused, run, and then the jobs chained to
-/// them ([`Downstream`]). Each report is logged.
+/// them ([`Downstream`]). Each report is logged; when every job is
+/// terminal, the completion event is published (`Some` with why the
+/// message must come back when that failed).
 async fn run_pipeline(
     app: &App,
     batch: &BatchJobs,
@@ -225,7 +227,7 @@ async fn run_pipeline(
     rules: &[&RecipeRule],
     identified: &Identified,
     unclaimed: &Unclaimed<'_>,
-) -> Vec<JobReport> {
+) -> (Vec<JobReport>, Option<String>) {
     let fingerprint = &identified.fingerprint;
     let head = &identified.bytes.head;
     // The version as headed: in a versioned bucket the event's version.
@@ -257,13 +259,13 @@ async fn run_pipeline(
             } else {
                 Outcome::Failed
             };
-            return unclaimed.report(Some(fingerprint), outcome, &err.message);
+            return (unclaimed.report(Some(fingerprint), outcome, &err.message), None);
         }
     };
     collect_now(app, &referenced.released).await;
     if let Some(stale) = referenced.stale {
         let reason = format!("{stale}: its outputs are not referenced by this version");
-        return unclaimed.report(Some(fingerprint), Outcome::Skipped, &reason);
+        return (unclaimed.report(Some(fingerprint), Outcome::Skipped, &reason), None);
     }
     let mut reports = run_jobs(app, batch, invocation, rules, identified, &referenced.added).await;
     if rules.iter().any(|rule| !app.config.chained_to(rule).is_empty()) {
@@ -281,7 +283,8 @@ async fn run_pipeline(
     for report in &reports {
         log_job(report, unclaimed.message_id, &unclaimed.object);
     }
-    reports
+    let published = publish_if_complete(app, &version, head, fingerprint, &reports).await;
+    (reports, published.err())
 }
 
 /// The version's jobs, one per recipe: claimed and run (or reused) once

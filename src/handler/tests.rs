@@ -552,6 +552,7 @@ async fn a_batch_counts_its_calls_and_bytes_and_its_metrics_add_up() {
             output_bytes_written: 0,
             dynamodb_calls: 3,
             dynamodb_retries: 0,
+            ..Default::default()
         }
     );
 }
@@ -668,4 +669,128 @@ async fn a_stalled_page_of_deletes_is_abandoned_before_the_lease_ends() {
     assert_eq!(row.collect_failures, 1, "{row:?}");
     assert!(row.lease_until_ms <= app.now_ms(), "the lease ended: {row:?}");
     assert!(objects.bytes("out", "derived/j/probe.json").is_some());
+}
+
+#[tokio::test]
+async fn a_completion_event_is_published_before_the_message_goes_and_repeats_its_id() {
+    let steps = StepRegistry::builtin();
+    let vars = HashMap::from([
+        ("MEDIAONCE_TABLE", "jobs"),
+        ("MEDIAONCE_OUTPUT_BUCKET", "in"),
+        ("MEDIAONCE_EVENT_BUS", "media"),
+    ]);
+    let config = Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
+    let objects = InMemoryObjects::new();
+    let bus = Arc::new(crate::bus::RecordingBus::default());
+    let app = Arc::new(
+        App::new(
+            config,
+            Ledger::new(InMemoryTable::new("jobs")),
+            ObjectStore::new(objects.clone()),
+            Queue::new(Arc::new(RecordingQueue::default())),
+        )
+        .with_bus(crate::bus::Bus::new(bus.clone())),
+    );
+    let etag = objects.insert("in", "a.bin", b"abc", true);
+
+    // The bus refuses: the job ran, but the message comes back.
+    bus.refuse(Some("ThrottlingException"));
+    let first = handle(&app, vec![message("1", "a.bin", &etag)]).await;
+    assert_eq!(first.jobs().next().unwrap().outcome, Outcome::Ran);
+    assert_eq!(first.response().batch_item_failures.len(), 1, "{first:?}");
+    assert_eq!(
+        (first.usage.events_published, first.usage.event_publish_failures),
+        (0, 1)
+    );
+    assert!(bus.events().is_empty());
+
+    // Redelivered: reused, published, acknowledged.
+    bus.refuse(None);
+    let again = handle(&app, vec![message("1", "a.bin", &etag)]).await;
+    assert!(again.response().batch_item_failures.is_empty(), "{again:?}");
+    assert_eq!(again.usage.events_published, 1);
+    let events = bus.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        (events[0].bus.as_str(), events[0].source.as_str(), events[0].detail_type.as_str()),
+        ("media", "mediaonce", "Media Pipeline Succeeded")
+    );
+    assert_eq!(events[0].resources, ["arn:aws:s3:::in/a.bin"]);
+    let detail: serde_json::Value = serde_json::from_str(&events[0].detail).unwrap();
+    assert_eq!(detail["key"], "a.bin");
+    assert_eq!(detail["eTag"], etag.as_str());
+    assert_eq!(detail["inputHash"], sha256_hex(b"abc"));
+    assert_eq!(detail["status"], "succeeded");
+    let job = &detail["jobs"][0];
+    assert_eq!((job["recipe"].as_str(), job["outcome"].as_str()), (Some("probe"), Some("reused")));
+    assert_eq!(job["files"][0]["name"], "probe.json");
+    assert_eq!(job["files"][0]["contentType"], "application/json");
+    assert!(job["outputPrefix"].as_str().unwrap().ends_with(&format!("{}/", job["jobKey"].as_str().unwrap())));
+
+    // Another delivery: the same event, the same id.
+    handle(&app, vec![message("2", "a.bin", &etag)]).await;
+    let events = bus.events();
+    assert_eq!(events.len(), 2);
+    let second: serde_json::Value = serde_json::from_str(&events[1].detail).unwrap();
+    assert_eq!(second["eventId"], detail["eventId"]);
+}
+
+#[tokio::test]
+async fn a_handed_on_pipeline_is_announced_by_the_message_that_ends_it() {
+    // hls-package chained to the probe's file: 70 s it declares leave no
+    // room in a 30 s invocation, so it is handed on.
+    let recipes = r#"[{"name":"probe","step":"probe","version":1,"params":{}},
+        {"name":"hls","step":"hls-package","version":1,"params":{"ladder":[360]},
+         "input":{"recipe":"probe","file":"probe.json"}}]"#;
+    let f = fixture_with_vars(&[("MEDIAONCE_RECIPES", recipes), ("MEDIAONCE_EVENT_BUS", "media")]);
+    let bus = Arc::new(crate::bus::RecordingBus::default());
+    let app = Arc::new(
+        App::new(
+            f.app.config.clone(),
+            Ledger::new(InMemoryTable::new("jobs")),
+            ObjectStore::new(f.objects.clone()),
+            Queue::new(f.queue.clone()),
+        )
+        .with_bus(crate::bus::Bus::new(bus.clone())),
+    );
+    let etag = f.objects.insert("in", "a.mp4", b"not a movie", true);
+    let mut event = SqsEvent::default();
+    event.records = vec![message("1", "a.mp4", &etag)];
+    let invocation = Invocation {
+        request_id: "req-1".into(),
+        deadline_ms: Some(app.now_ms() + 30_000),
+    };
+    let first = handle_batch(app.clone(), event, invocation).await;
+    let outcomes: Vec<Outcome> = first.jobs().map(|j| j.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Ran, Outcome::HandedOn], "{first:?}");
+    assert!(first.response().batch_item_failures.is_empty(), "{first:?}");
+    assert!(bus.events().is_empty(), "the pipeline is not over: no event yet");
+
+    // The hand-on message, with no deadline: the probe is reused, the
+    // chained job fails for good, and the event says so.
+    let sent = f.queue.sent();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let mut hand_on = message("2", "a.mp4", &etag);
+    hand_on.body = Some(sent[0].1.clone());
+    let mut event = SqsEvent::default();
+    event.records = vec![hand_on];
+    let invocation = Invocation {
+        request_id: "req-2".into(),
+        deadline_ms: None,
+    };
+    let second = handle_batch(app.clone(), event, invocation).await;
+    let outcomes: Vec<Outcome> = second.jobs().map(|j| j.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Reused, Outcome::Poisoned], "{second:?}");
+    let events = bus.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].detail_type, "Media Pipeline Failed");
+    let detail: serde_json::Value = serde_json::from_str(&events[0].detail).unwrap();
+    let statuses: Vec<(&str, &str)> = detail["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| (j["recipe"].as_str().unwrap(), j["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(statuses, [("probe", "done"), ("hls", "failed")]);
+    assert_eq!(detail["jobs"][1]["error"]["class"], "permanent");
 }

@@ -188,6 +188,11 @@ pub fn content_type(name: &str) -> &'static str {
     match Path::new(name).extension().and_then(|e| e.to_str()) {
         Some("m3u8") => "application/vnd.apple.mpegurl",
         Some("ts") => "video/mp2t",
+        Some("jpg" | "jpeg") => "image/jpeg",
+        Some("png") => "image/png",
+        Some("webp") => "image/webp",
+        Some("avif") => "image/avif",
+        Some("json") => "application/json",
         _ => "application/octet-stream",
     }
 }
@@ -210,6 +215,8 @@ mod tests {
     fn content_types_by_extension() {
         assert_eq!(content_type("master.m3u8"), "application/vnd.apple.mpegurl");
         assert_eq!(content_type("720p/seg-00000.ts"), "video/mp2t");
+        assert_eq!(content_type("thumb-320.jpg"), "image/jpeg");
+        assert_eq!(content_type("probe.json"), "application/json");
         assert_eq!(content_type("blob"), "application/octet-stream");
     }
 }

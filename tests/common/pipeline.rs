@@ -164,12 +164,18 @@ impl Pipeline {
         steps.register(gate.clone());
         let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps).expect("config");
         let reads = ReadCounter::new(S3Objects::new(s3.clone()));
-        let app = Arc::new(App::new(
+        let mut app = App::new(
             config.clone(),
             Ledger::dynamodb(counted_dynamodb.clone(), table.clone()),
             ObjectStore::new(reads.clone()),
             Queue::sqs(sqs.clone()),
-        ));
+        );
+        // As App::from_config attaches EventBridge when a bus is named.
+        if config.event_bus.is_some() {
+            let events = mediaonce::aws::eventbridge_client(&sdk);
+            app = app.with_bus(mediaonce::bus::Bus::eventbridge(events));
+        }
+        let app = Arc::new(app);
         app.ledger.check_table().await.expect("table is usable");
 
         Pipeline {

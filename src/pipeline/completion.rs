@@ -1,0 +1,242 @@
+//! The completion event of an upload version's pipeline: published once
+//! every job of it is terminal (done, or failed for good), with what an
+//! application needs to update its own records without another call.
+//! Pure: built from the jobs' outcomes and manifests.
+//!
+//! Source `mediaonce`; detail-type [`SUCCEEDED`] when every job is done,
+//! [`FAILED`] when any failed for good. The detail's `eventId` is the same
+//! for every delivery of the same result (a hash of the version, its
+//! bytes and each job's key and status), so a consumer deduplicates a
+//! redelivery's copy by it.
+
+use serde::Serialize;
+
+use crate::fingerprint::FingerprintSource;
+use crate::key::sha256_hex;
+
+pub const SOURCE: &str = "mediaonce";
+pub const SUCCEEDED: &str = "Media Pipeline Succeeded";
+pub const FAILED: &str = "Media Pipeline Failed";
+
+/// One output file, as the job's manifest lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompletedFile {
+    pub name: String,
+    pub size: u64,
+    pub sha256: String,
+    pub content_type: String,
+}
+
+/// Why a job failed for good.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobError {
+    /// `permanent` (the step refused its input or ran out of attempts) or
+    /// `upstream` (the job it reads from failed).
+    pub class: String,
+    pub message: String,
+}
+
+/// One job of the pipeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompletedJob {
+    pub recipe: String,
+    pub step: String,
+    pub version: u64,
+    /// Empty for a job that could not be keyed (its upstream failed).
+    pub job_key: String,
+    /// `done` or `failed`.
+    pub status: String,
+    /// This version's outcome: `ran`, `reused`, `poisoned`...
+    pub outcome: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_prefix: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<CompletedFile>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<JobError>,
+}
+
+/// The event's detail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Completion {
+    pub event_id: String,
+    pub bucket: String,
+    pub key: String,
+    pub version_id: Option<String>,
+    #[serde(rename = "eTag")]
+    pub etag: String,
+    pub input_hash: String,
+    pub input_hash_source: FingerprintSource,
+    /// `succeeded` or `failed`.
+    pub status: String,
+    pub jobs: Vec<CompletedJob>,
+}
+
+impl Completion {
+    /// The detail for `jobs` of the version; its status and id follow
+    /// from them.
+    pub fn new(
+        bucket: &str,
+        key: &str,
+        version_id: Option<&str>,
+        etag: &str,
+        input: (&str, FingerprintSource),
+        jobs: Vec<CompletedJob>,
+    ) -> Self {
+        let failed = jobs.iter().any(|job| job.status != "done");
+        let mut lines: Vec<String> = jobs
+            .iter()
+            .map(|job| format!("{}\n{}\n{}", job.recipe, job.job_key, job.status))
+            .collect();
+        lines.sort();
+        let text = format!(
+            "mediaonce-completion\n{bucket}\n{key}\n{}\n{etag}\n{}",
+            version_id.unwrap_or("null"),
+            lines.join("\n")
+        );
+        Completion {
+            event_id: sha256_hex(text.as_bytes()),
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            version_id: version_id.map(str::to_string),
+            etag: etag.to_string(),
+            input_hash: input.0.to_string(),
+            input_hash_source: input.1,
+            status: if failed { "failed" } else { "succeeded" }.to_string(),
+            jobs,
+        }
+    }
+
+    pub fn detail_type(&self) -> &'static str {
+        if self.status == "succeeded" {
+            SUCCEEDED
+        } else {
+            FAILED
+        }
+    }
+
+    /// The detail as JSON text.
+    pub fn to_detail(&self) -> String {
+        serde_json::to_string(self).expect("a completion serializes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(recipe: &str, key: &str, status: &str, outcome: &str) -> CompletedJob {
+        CompletedJob {
+            recipe: recipe.into(),
+            step: "thumbnail".into(),
+            version: 1,
+            job_key: key.into(),
+            status: status.into(),
+            outcome: outcome.into(),
+            output_prefix: Some(format!("s3://out/derived/{key}/")),
+            files: vec![CompletedFile {
+                name: "thumb-320.jpg".into(),
+                size: 10,
+                sha256: "ab".into(),
+                content_type: "image/jpeg".into(),
+            }],
+            error: None,
+        }
+    }
+
+    fn completion(jobs: Vec<CompletedJob>) -> Completion {
+        Completion::new(
+            "in",
+            "a.jpg",
+            Some("v1"),
+            "e",
+            ("h", FingerprintSource::S3Checksum),
+            jobs,
+        )
+    }
+
+    #[test]
+    fn the_same_result_has_the_same_id_whoever_ran_it() {
+        let ran = completion(vec![
+            job("a", "K1", "done", "ran"),
+            job("b", "K2", "done", "ran"),
+        ]);
+        let reused = completion(vec![
+            job("b", "K2", "done", "reused"),
+            job("a", "K1", "done", "reused"),
+        ]);
+        assert_eq!(ran.event_id, reused.event_id);
+        assert_eq!(ran.detail_type(), SUCCEEDED);
+        let other = Completion::new(
+            "in",
+            "a.jpg",
+            Some("v2"),
+            "e",
+            ("h", FingerprintSource::S3Checksum),
+            vec![],
+        );
+        assert_ne!(other.event_id, ran.event_id);
+        let failed = completion(vec![job("a", "K1", "failed", "poisoned")]);
+        assert_ne!(
+            failed.event_id,
+            completion(vec![job("a", "K1", "done", "ran")]).event_id
+        );
+        assert_eq!(
+            (failed.detail_type(), failed.status.as_str()),
+            (FAILED, "failed")
+        );
+    }
+
+    #[test]
+    fn the_detail_names_what_an_application_needs() {
+        let detail: serde_json::Value =
+            serde_json::from_str(&completion(vec![job("a", "K1", "done", "ran")]).to_detail())
+                .unwrap();
+        assert_eq!(detail["eTag"], "e");
+        assert_eq!(detail["versionId"], "v1");
+        assert_eq!(detail["inputHashSource"], "s3-checksum");
+        let job = &detail["jobs"][0];
+        assert_eq!(job["jobKey"], "K1");
+        assert_eq!(job["outputPrefix"], "s3://out/derived/K1/");
+        assert_eq!(job["files"][0]["contentType"], "image/jpeg");
+        assert!(job.get("error").is_none());
+    }
+
+    /// Every object's keys, by path (`jobs[]`, `jobs[].files[]`).
+    fn shape(value: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, inner) in map {
+                    out.push(format!("{path}.{key}"));
+                    shape(inner, &format!("{path}.{key}"), out);
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for item in items {
+                    shape(item, &format!("{path}[]"), out);
+                }
+            }
+            _ => {}
+        }
+        out.sort();
+        out.dedup();
+    }
+
+    #[test]
+    fn the_sample_event_has_the_detail_we_publish() {
+        let sample: serde_json::Value =
+            serde_json::from_str(include_str!("../../events/completion-succeeded.json")).unwrap();
+        assert_eq!(sample["source"], SOURCE);
+        assert_eq!(sample["detail-type"], SUCCEEDED);
+        let published: serde_json::Value =
+            serde_json::from_str(&completion(vec![job("a", "K1", "done", "ran")]).to_detail())
+                .unwrap();
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        shape(&published, "", &mut ours);
+        shape(&sample["detail"], "", &mut theirs);
+        assert_eq!(ours, theirs);
+    }
+}
