@@ -201,3 +201,260 @@ async fn every_upload_hears_of_its_outputs_once_each_delivery_with_one_id() {
     assert_eq!(error["class"], "permanent", "{event:#}");
     assert!(!error["message"].as_str().unwrap().is_empty(), "{event:#}");
 }
+
+const VIDEO_RECIPES: &str = r#"[
+  {"name": "probe", "step": "probe", "version": 1, "params": {}, "match": {"suffix": ".mp4"}},
+  {"name": "hls", "step": "hls-package", "version": 1, "params": {"ladder": [240], "min_seconds": 5}, "match": {"suffix": ".mp4"}},
+  {"name": "poster", "step": "poster", "version": 1, "params": {"at": 0.5}, "match": {"suffix": ".mp4"}},
+  {"name": "poster-thumbs", "step": "thumbnail", "version": 1, "params": {"widths": [64]},
+   "input": {"recipe": "poster", "file": "poster.jpg"}}
+]"#;
+
+/// (recipe, outcome) of every job of a batch.
+fn outcomes(report: &mediaonce::handler::BatchReport) -> HashMap<String, Outcome> {
+    report
+        .jobs()
+        .map(|j| (j.recipe.clone(), j.outcome))
+        .collect()
+}
+
+fn all(outcome: Outcome) -> HashMap<String, Outcome> {
+    ["probe", "hls", "poster", "poster-thumbs"]
+        .iter()
+        .map(|r| (r.to_string(), outcome))
+        .collect()
+}
+
+/// What one upload's pipeline cost and took: the handler's DynamoDB and S3
+/// calls, and the time from the PUT to the application's event (S3's
+/// notification, the queue, the handler, EventBridge, the rule's queue)
+/// against the steps' own time. Printed for `bench/pipeline.sh`; asserted
+/// nowhere (no timed tests).
+struct Figures {
+    started: std::time::Instant,
+    dynamodb: usize,
+    s3: usize,
+}
+
+impl Figures {
+    fn start(p: &Pipeline) -> Self {
+        Figures {
+            started: std::time::Instant::now(),
+            dynamodb: p.ledger_calls.get(),
+            s3: p.s3_calls.get(),
+        }
+    }
+
+    fn print(&self, p: &Pipeline, what: &str, report: &mediaonce::handler::BatchReport) {
+        let steps_ms: u64 = report
+            .jobs()
+            .filter(|j| j.outcome == Outcome::Ran)
+            .map(|j| j.duration_ms)
+            .sum();
+        println!(
+            "pipeline-figures: {what}: DynamoDB calls {}, S3 requests {}, upload to event {} ms, \
+             steps {steps_ms} ms",
+            p.ledger_calls.get() - self.dynamodb,
+            p.s3_calls.get() - self.s3,
+            self.started.elapsed().as_millis(),
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_video_pipeline_from_upload_to_event_to_deletion() {
+    let p0 = Pipeline::new(Options::default()).await;
+    let (bus, app_queue) = subscribed_bus(&p0).await;
+    let p = Pipeline::new(Options {
+        separate_output_bucket: true,
+        recipes: Some(VIDEO_RECIPES.into()),
+        vars: vec![
+            (ENV_EVENT_BUS, bus),
+            (mediaonce::config::ENV_GC_GRACE_SECS, "0".into()),
+        ],
+        ..Options::default()
+    })
+    .await;
+    let clip_path = common::media::av_clip("pipeline.mp4", "320x240", 25, 2, &[]);
+    let video = std::fs::read(&clip_path).unwrap();
+
+    // The first delivery's worker dies after the upstream jobs are done and
+    // before the chained job starts (its reference transaction fails): the
+    // message comes back, and nothing is announced.
+    p.put("v1.mp4", &video, true).await;
+    let first = p.receive(1).await;
+    let faults = std::sync::Arc::new(mediaonce::faults::FaultPlan::new());
+    faults.fail_after(
+        mediaonce::faults::Call::ChangeRefs,
+        1,
+        1,
+        "injected: the worker dies",
+    );
+    let dying = p.seeded_worker(0, faults, 1);
+    let report = common::handle_with(dying, first.clone()).await;
+    let mut expected = all(Outcome::Ran);
+    expected.insert("poster-thumbs".into(), Outcome::Failed);
+    assert_eq!(outcomes(&report), expected, "{report:?}");
+    assert_eq!(report.response().batch_item_failures.len(), 1);
+    assert_eq!(report.usage.events_published, 0);
+
+    // The redelivery reuses every upstream job and runs the chained one;
+    // the pipeline is over and the application hears of it, with files
+    // that are the manifests' in the bucket.
+    let redelivered = p.send_raw(first[0].body.as_deref().unwrap()).await;
+    let report = p.handle(vec![redelivered.clone()]).await;
+    let mut expected = all(Outcome::Reused);
+    expected.insert("poster-thumbs".into(), Outcome::Ran);
+    assert_eq!(outcomes(&report), expected, "{report:?}");
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
+    let event = events(&p, &app_queue, 1).await.remove(0);
+    assert_eq!(event["detail-type"], "Media Pipeline Succeeded");
+    let jobs = event["detail"]["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 4, "{event:#}");
+    for job in jobs {
+        let key = job["jobKey"].as_str().unwrap();
+        let manifest: Value =
+            serde_json::from_slice(&p.output(&format!("derived/{key}/_manifest.json")).await)
+                .unwrap();
+        let listed: Vec<(&str, u64, &str)> = manifest["outputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["name"].as_str().unwrap(),
+                    f["size"].as_u64().unwrap(),
+                    f["sha256"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        let told: Vec<(&str, u64, &str)> = job["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["name"].as_str().unwrap(),
+                    f["size"].as_u64().unwrap(),
+                    f["sha256"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(told, listed, "{}", job["recipe"]);
+    }
+    let first_id = event["detail"]["eventId"].clone();
+    let video_keys: Vec<String> = ["probe", "hls", "poster"]
+        .iter()
+        .map(|r| job(&event, r)["jobKey"].as_str().unwrap().to_string())
+        .collect();
+
+    // Delivered once more: nothing runs, the same event id.
+    let figures = Figures::start(&p);
+    let report = p
+        .handle(vec![p.send_raw(first[0].body.as_deref().unwrap()).await])
+        .await;
+    assert_eq!(outcomes(&report), all(Outcome::Reused), "{report:?}");
+    let event = events(&p, &app_queue, 1).await.remove(0);
+    figures.print(&p, "the same message again", &report);
+    assert_eq!(event["detail"]["eventId"], first_id);
+
+    // The same video uploaded again under another key: every job reused,
+    // its own event.
+    let figures = Figures::start(&p);
+    p.put("v2.mp4", &video, true).await;
+    let report = p.handle(p.receive(1).await).await;
+    assert_eq!(outcomes(&report), all(Outcome::Reused), "{report:?}");
+    let event = events(&p, &app_queue, 1).await.remove(0);
+    figures.print(&p, "the same bytes re-uploaded", &report);
+    assert_eq!(event["detail"]["key"], "v2.mp4");
+    assert_ne!(event["detail"]["eventId"], first_id);
+    let thumbs_key = job(&event, "poster-thumbs")["jobKey"].clone();
+
+    // The same clip re-muxed (other bytes, the same frames): its own
+    // probe, hls and poster, and the poster's thumbnails are one job with
+    // the first video's.
+    let remuxed = common::media::clip(
+        "pipeline-remuxed.mp4",
+        &[
+            "-i",
+            &clip_path.display().to_string(),
+            "-c",
+            "copy",
+            "-movflags",
+            "+faststart",
+        ],
+    );
+    let remuxed = std::fs::read(remuxed).unwrap();
+    assert_ne!(remuxed, video);
+    p.put("r.mp4", &remuxed, true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let mut expected = all(Outcome::Ran);
+    expected.insert("poster-thumbs".into(), Outcome::Reused);
+    assert_eq!(outcomes(&report), expected, "{report:?}");
+    let event = events(&p, &app_queue, 1).await.remove(0);
+    assert_eq!(job(&event, "poster-thumbs")["jobKey"], thumbs_key);
+
+    // A video never seen: every job runs, in one delivery.
+    let figures = Figures::start(&p);
+    let fresh = common::media::av_clip("pipeline-fresh.mp4", "352x288", 25, 2, &[]);
+    p.put("fresh.mp4", &std::fs::read(fresh).unwrap(), true)
+        .await;
+    let report = p.handle(p.receive(1).await).await;
+    assert_eq!(outcomes(&report), all(Outcome::Ran), "{report:?}");
+    events(&p, &app_queue, 1).await;
+    figures.print(&p, "a new video", &report);
+
+    // Audio only: the poster fails for good, so does its chain, and the
+    // event says so.
+    let audio = common::media::clip(
+        "pipeline-audio-only.mp4",
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=frequency=440:duration=1",
+            "-c:a",
+            "aac",
+        ],
+    );
+    p.put("a.mp4", &std::fs::read(audio).unwrap(), true).await;
+    p.handle(p.receive(1).await).await;
+    let event = events(&p, &app_queue, 1).await.remove(0);
+    assert_eq!(event["detail-type"], "Media Pipeline Failed", "{event:#}");
+    assert_eq!(job(&event, "poster")["status"], "failed");
+    assert_eq!(job(&event, "poster-thumbs")["error"]["class"], "upstream");
+    assert_eq!(job(&event, "probe")["status"], "done");
+
+    // Deleting both copies of the video frees its whole pipeline (no
+    // grace); the thumbnails stay for the re-muxed copy, then go with it.
+    for key in ["v1.mp4", "v2.mp4"] {
+        p.s3.delete_object()
+            .bucket(&p.bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+    }
+    let report = p.handle(p.receive(2).await).await;
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
+    for key in &video_keys {
+        assert_eq!(p.row(key).await, None, "{key} collected");
+        assert!(p.output_keys(&format!("derived/{key}/")).await.is_empty());
+    }
+    let thumbs_key = thumbs_key.as_str().unwrap();
+    assert_eq!(p.refs(thumbs_key).await, 1, "the re-muxed copy's");
+    p.s3.delete_object()
+        .bucket(&p.bucket)
+        .key("r.mp4")
+        .send()
+        .await
+        .unwrap();
+    p.handle(p.receive(1).await).await;
+    assert_eq!(p.row(thumbs_key).await, None);
+}

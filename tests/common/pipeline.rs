@@ -54,6 +54,8 @@ pub struct Pipeline {
     pub app: Arc<App>,
     /// Counts the DynamoDB calls the handler's ledger makes.
     pub ledger_calls: CallCounter,
+    /// Counts the S3 calls the handler's store makes.
+    pub s3_calls: CallCounter,
     /// Runs of the `counted-probe` step.
     pub counted: CountedProbe,
     /// The `gated-probe` step's gate.
@@ -62,6 +64,8 @@ pub struct Pipeline {
     pub reads: ReadCounter,
     config: Config,
     counted_dynamodb: aws_sdk_dynamodb::Client,
+    /// The completion events' bus, when the configuration names one.
+    bus: Option<mediaonce::bus::Bus>,
 }
 
 fn require_emulators() {
@@ -163,7 +167,14 @@ impl Pipeline {
         let gate = GatedProbe::default();
         steps.register(gate.clone());
         let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps).expect("config");
-        let reads = ReadCounter::new(S3Objects::new(s3.clone()));
+        let s3_calls = CallCounter::default();
+        let counted_s3 = aws_sdk_s3::Client::from_conf(
+            s3.config()
+                .to_builder()
+                .interceptor(s3_calls.clone())
+                .build(),
+        );
+        let reads = ReadCounter::new(S3Objects::new(counted_s3));
         let mut app = App::new(
             config.clone(),
             Ledger::dynamodb(counted_dynamodb.clone(), table.clone()),
@@ -171,9 +182,12 @@ impl Pipeline {
             Queue::sqs(sqs.clone()),
         );
         // As App::from_config attaches EventBridge when a bus is named.
-        if config.event_bus.is_some() {
-            let events = mediaonce::aws::eventbridge_client(&sdk);
-            app = app.with_bus(mediaonce::bus::Bus::eventbridge(events));
+        let bus = config
+            .event_bus
+            .is_some()
+            .then(|| mediaonce::bus::Bus::eventbridge(mediaonce::aws::eventbridge_client(&sdk)));
+        if let Some(bus) = &bus {
+            app = app.with_bus(bus.clone());
         }
         let app = Arc::new(app);
         app.ledger.check_table().await.expect("table is usable");
@@ -193,7 +207,9 @@ impl Pipeline {
             table,
             app,
             ledger_calls,
+            s3_calls,
             counted,
+            bus,
         }
     }
 
@@ -226,22 +242,24 @@ impl Pipeline {
         faults: Arc<FaultPlan>,
         seed: u64,
     ) -> Arc<App> {
-        Arc::new(
-            App::new(
-                self.config.clone(),
-                // Contended calls retried at once: the backoff's waits are
-                // the unit tests' (paused time), not the emulators'.
-                Ledger::new(FaultyTable::new(
-                    DynamoDbTable::new(self.counted_dynamodb.clone(), self.table.clone()),
-                    faults.clone(),
-                ))
-                .with_retry(RetryPolicy::immediate()),
-                ObjectStore::new(FaultyObjects::new(objects, faults)),
-                Queue::sqs(self.sqs.clone()),
-            )
-            .with_clock(SkewedClock(clock_offset_ms))
-            .with_seed(seed),
+        let app = App::new(
+            self.config.clone(),
+            // Contended calls retried at once: the backoff's waits are
+            // the unit tests' (paused time), not the emulators'.
+            Ledger::new(FaultyTable::new(
+                DynamoDbTable::new(self.counted_dynamodb.clone(), self.table.clone()),
+                faults.clone(),
+            ))
+            .with_retry(RetryPolicy::immediate()),
+            ObjectStore::new(FaultyObjects::new(objects, faults)),
+            Queue::sqs(self.sqs.clone()),
         )
+        .with_clock(SkewedClock(clock_offset_ms))
+        .with_seed(seed);
+        Arc::new(match &self.bus {
+            Some(bus) => app.with_bus(bus.clone()),
+            None => app,
+        })
     }
 
     /// Another worker on the same pipeline whose objects go through `store`.
