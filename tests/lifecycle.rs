@@ -1,6 +1,6 @@
 //! A lifecycle soak on the emulators: random creates, byte-identical
-//! re-uploads, overwrites and deletes of a few hundred objects (two
-//! recipes each), their real S3 notifications delivered out of order
+//! re-uploads, overwrites and deletes of a few hundred objects (a
+//! pipeline of two recipes each, the second chained to the first's output), their real S3 notifications delivered out of order
 //! (within a bound), duplicated (S3's second notification: a new message
 //! id; SQS's redelivery: the same one), joined by creates without a
 //! sequencer or an ETag (as `reprocess` and `backfill` send them) racing
@@ -56,8 +56,11 @@ use mediaonce::store::{
 };
 use serde_json::Value;
 
-const RECIPES: &str = r#"[{"step":"counted-probe","version":1,"params":{}},
-                          {"step":"counted-probe","version":2,"params":{}}]"#;
+/// A probe, and a probe of its output: a chained recipe, keyed by the
+/// SHA-256 the first job's manifest records for `probe.json`.
+const RECIPES: &str = r#"[{"name":"probe","step":"counted-probe","version":1,"params":{}},
+                          {"name":"probe-of-probe","step":"counted-probe","version":2,"params":{},
+                           "input":{"recipe":"probe","file":"probe.json"}}]"#;
 /// Creates that also get a hint without a sequencer or an ETag (a
 /// `reprocess` or `backfill` entry), delivered up to two windows later.
 const HINTS_WITHOUT_ORDER: f64 = 0.10;
@@ -214,6 +217,10 @@ struct Soak {
     /// Hints without order sent.
     hints: usize,
     throttled: usize,
+    /// Each content's chained job, by its first job: learned from the
+    /// reports (its key is the SHA-256 of the first job's output, which
+    /// every version of the content that exists shares).
+    chained_of: BTreeMap<String, String>,
 }
 
 impl Soak {
@@ -304,16 +311,34 @@ impl Soak {
         self.take_event(&version.key, "ObjectRemoved:").await;
     }
 
-    /// The jobs a content keys (one per recipe).
+    /// The jobs a content keys: its probe, and the chained probe of that
+    /// probe's output once a report has named it (every create reports it
+    /// before it is acknowledged).
     fn jobs_of(&self, content: usize) -> Vec<String> {
         let hash = sha256_hex(&self.contents[content]);
-        self.p
-            .app
-            .config
-            .recipes
-            .iter()
-            .map(|r| job_key(&hash, &r.recipe_hash))
-            .collect()
+        let root = job_key(&hash, &self.p.app.config.recipes[0].recipe_hash);
+        let chained = self.chained_of.get(&root).cloned();
+        std::iter::once(root).chain(chained).collect()
+    }
+
+    /// Learns the chained jobs a batch's reports name.
+    fn learn_chained(&mut self, report: &mediaonce::handler::BatchReport) {
+        for message in &report.messages {
+            let key_of = |recipe: &str| {
+                message
+                    .jobs
+                    .iter()
+                    .find(|j| j.recipe == recipe && !j.job_key.is_empty())
+                    .map(|j| j.job_key.clone())
+            };
+            // probe.json names the object that ran the probe, so a probe
+            // run again (collected once no version used it, then uploaded
+            // anew) writes other bytes and keys another chained job: the
+            // latest report is the one the versions that exist share.
+            if let (Some(root), Some(chained)) = (key_of("probe"), key_of("probe-of-probe")) {
+                self.chained_of.insert(root, chained);
+            }
+        }
     }
 
     /// The promised jobs, as the versions now are.
@@ -515,6 +540,7 @@ impl Soak {
         for job in report.jobs() {
             *self.outcomes.entry(job.outcome.as_str()).or_default() += 1;
         }
+        self.learn_chained(&report);
 
         let back: BTreeSet<String> = if let Some((call, _)) = crash {
             *self.crashes.entry(format!("{call:?}")).or_default() += 1;
@@ -653,6 +679,7 @@ async fn lifecycle(mode: Mode) {
             refused: Arc::default(),
         },
         hints: 0,
+        chained_of: BTreeMap::new(),
         throttled: 0,
     };
     if versioned {

@@ -3,7 +3,8 @@
 //! notification 1 to 3 times to the work queue, as S3 may; 4 workers pull
 //! batches concurrently and crash at a random phase with some probability,
 //! and crashed batches come back by visibility timeout, as in production.
-//! When the queue is drained, every unique (content, recipe) has exactly one
+//! Each upload runs a probe and a probe of that probe's output (a chained
+//! recipe). When the queue is drained, every unique (content, recipe) has exactly one
 //! done row with a complete, correct manifest, step executions are the
 //! unique jobs plus the runs crashes cut short, and the DLQ holds only the
 //! poison.
@@ -34,8 +35,12 @@ use mediaonce::step::Manifest;
 const WORKERS: usize = 4;
 /// Visibility timeout of the work queue, and the invocation a worker gets:
 /// a crashed batch comes back after it, and by then its leases have passed.
-const VISIBILITY_SECS: i32 = 3;
-const INVOCATION_MS: u64 = 3_000;
+/// A message walks two levels of its pipeline (twice the calls of one job)
+/// on an emulator that serves one DynamoDB call at a time, shared by every
+/// worker: at 3 s, a third of the deliveries were cut off by the deadline
+/// and a few reached the DLQ for want of time, not for a fault.
+const VISIBILITY_SECS: i32 = 6;
+const INVOCATION_MS: u64 = 6_000;
 const MAX_RECEIVES: usize = 8;
 const CRASH_PROBABILITY: f64 = 0.15;
 /// The soak gives up (and fails) after this long.
@@ -287,7 +292,9 @@ async fn chaos_soak() {
     let p = Arc::new(
         Pipeline::new(Options {
             recipes: Some(
-                r#"[{"step":"counted-probe","version":1,"params":{},"match":{"prefix":"up/"}},
+                r#"[{"name":"probe","step":"counted-probe","version":1,"params":{},"match":{"prefix":"up/"}},
+                    {"name":"probe-of-probe","step":"counted-probe","version":2,"params":{},
+                     "input":{"recipe":"probe","file":"probe.json"}},
                     {"step":"panics","version":1,"params":{},"match":{"prefix":"poison/"}}]"#
                     .into(),
             ),
@@ -439,28 +446,46 @@ async fn chaos_soak() {
 
     println!("soak: dead letters not poison: {not_poison:#?}");
 
-    // Every unique (content, recipe): exactly one done row, a correct manifest.
+    // Every unique (content, recipe): exactly one done row, a correct
+    // manifest. The chained recipe's job is keyed by the SHA-256 its
+    // upstream's manifest records for probe.json.
     let recipe_hash = p.app.config.recipes[0].recipe_hash.clone();
+    let chained_hash = p.app.config.recipes[1].recipe_hash.clone();
     let ref_counts = p.ref_counts().await;
     let mut done = 0;
+    let mut jobs: Vec<(String, String, u64)> = Vec::new();
     for input_hash in &unique_hashes {
         let key = job_key(input_hash, &recipe_hash);
-        let row = p.row(&key).await.unwrap_or_else(|| {
+        let upstream: Manifest =
+            serde_json::from_slice(&p.output(&format!("derived/{key}/_manifest.json")).await)
+                .unwrap_or_else(|e| panic!("the manifest of {key}: {e}"));
+        let file = &upstream.outputs[0];
+        assert_eq!(file.name, "probe.json");
+        let versions = versions_of[input_hash];
+        jobs.push((key, input_hash.clone(), versions));
+        jobs.push((
+            job_key(&file.sha256, &chained_hash),
+            file.sha256.clone(),
+            versions,
+        ));
+    }
+    for (key, input_hash, versions) in &jobs {
+        let row = p.row(key).await.unwrap_or_else(|| {
             panic!(
                 "no row for {key}: {:#?}",
-                tally.history.lock().unwrap().get(&key)
+                tally.history.lock().unwrap().get(key)
             )
         });
         assert_eq!(
             row.status,
             JobStatus::Done,
             "{row:?}: {:#?}",
-            tally.history.lock().unwrap().get(&key)
+            tally.history.lock().unwrap().get(key)
         );
         // Exact under duplicates and crashes: one reference per upload.
         assert_eq!(
-            ref_counts.get(&key).copied().unwrap_or(0),
-            versions_of[input_hash],
+            ref_counts.get(key).copied().unwrap_or(0),
+            *versions,
             "{row:?}"
         );
         let manifest: Manifest =
@@ -523,12 +548,13 @@ async fn chaos_soak() {
         tally.batches.load(Ordering::SeqCst),
     );
     println!(
-        "soak: {done} done rows for {} unique jobs, {rows} rows in all ({} poison); step executions {executions} = \
+        "soak: {done} done rows for {} unique jobs (each content's probe and its chained probe), \
+         {rows} rows in all ({} poison); step executions {executions} = \
          {} unique + {crashed_runs} cut short by crashes + {stale_runs} stale \
          (+ at most {cut_off} cut off by the invocation deadline)",
-        unique_hashes.len(),
+        jobs.len(),
         poison_hashes.len(),
-        unique_hashes.len()
+        jobs.len()
     );
     println!(
         "soak: DLQ {} messages ({} not poison); drained in {:.1} s",
@@ -537,10 +563,10 @@ async fn chaos_soak() {
         started.elapsed().as_secs_f64()
     );
 
-    assert_eq!(done, unique_hashes.len());
+    assert_eq!(done, jobs.len());
     // One row per unique job and per poison content, nothing else.
-    assert_eq!(rows, unique_hashes.len() + poison_hashes.len());
-    let accounted = unique_hashes.len() + crashed_runs + stale_runs;
+    assert_eq!(rows, jobs.len() + poison_hashes.len());
+    let accounted = jobs.len() + crashed_runs + stale_runs;
     assert!(
         (accounted..=accounted + cut_off).contains(&executions),
         "{executions} step executions, {accounted} accounted for, {cut_off} cut off"
