@@ -202,18 +202,7 @@ async fn an_audio_only_upload_fails_the_poster_and_its_chain_for_good() {
         ..Options::default()
     })
     .await;
-    let audio = common::media::clip(
-        "audio-only.mp4",
-        &[
-            "-f",
-            "lavfi",
-            "-i",
-            "sine=frequency=440:duration=1",
-            "-c:a",
-            "aac",
-        ],
-    );
-    p.put("a.mp4", &std::fs::read(audio).unwrap(), true).await;
+    p.put("a.mp4", &common::media::audio_only_mp4(), true).await;
     let report = p.handle(p.receive(1).await).await;
     assert_eq!(
         outcomes(&report),

@@ -225,6 +225,22 @@ fn all(outcome: Outcome) -> HashMap<String, Outcome> {
         .collect()
 }
 
+/// (name, size, sha256) of a list of files, as a manifest or an event
+/// lists them.
+fn files(list: &Value) -> Vec<(&str, u64, &str)> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap(),
+                f["size"].as_u64().unwrap(),
+                f["sha256"].as_str().unwrap(),
+            )
+        })
+        .collect()
+}
+
 /// What one upload's pipeline cost and took: the handler's DynamoDB and S3
 /// calls, and the time from the PUT to the application's event (S3's
 /// notification, the queue, the handler, EventBridge, the rule's queue)
@@ -319,31 +335,12 @@ async fn a_video_pipeline_from_upload_to_event_to_deletion() {
         let manifest: Value =
             serde_json::from_slice(&p.output(&format!("derived/{key}/_manifest.json")).await)
                 .unwrap();
-        let listed: Vec<(&str, u64, &str)> = manifest["outputs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| {
-                (
-                    f["name"].as_str().unwrap(),
-                    f["size"].as_u64().unwrap(),
-                    f["sha256"].as_str().unwrap(),
-                )
-            })
-            .collect();
-        let told: Vec<(&str, u64, &str)> = job["files"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| {
-                (
-                    f["name"].as_str().unwrap(),
-                    f["size"].as_u64().unwrap(),
-                    f["sha256"].as_str().unwrap(),
-                )
-            })
-            .collect();
-        assert_eq!(told, listed, "{}", job["recipe"]);
+        assert_eq!(
+            files(&job["files"]),
+            files(&manifest["outputs"]),
+            "{}",
+            job["recipe"]
+        );
     }
     let first_id = event["detail"]["eventId"].clone();
     let video_keys: Vec<String> = ["probe", "hls", "poster"]
@@ -409,18 +406,7 @@ async fn a_video_pipeline_from_upload_to_event_to_deletion() {
 
     // Audio only: the poster fails for good, so does its chain, and the
     // event says so.
-    let audio = common::media::clip(
-        "pipeline-audio-only.mp4",
-        &[
-            "-f",
-            "lavfi",
-            "-i",
-            "sine=frequency=440:duration=1",
-            "-c:a",
-            "aac",
-        ],
-    );
-    p.put("a.mp4", &std::fs::read(audio).unwrap(), true).await;
+    p.put("a.mp4", &common::media::audio_only_mp4(), true).await;
     p.handle(p.receive(1).await).await;
     let event = events(&p, &app_queue, 1).await.remove(0);
     assert_eq!(event["detail-type"], "Media Pipeline Failed", "{event:#}");

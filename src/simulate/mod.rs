@@ -547,27 +547,41 @@ pub fn render(report: &SimReport) -> String {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn every_job_runs_once_plus_the_runs_crashes_cut_short() {
-        let options = SimOptions {
-            uploads: 3_000,
+    /// A month with every kind of duplicate and crash, often.
+    fn chaotic() -> SimOptions {
+        SimOptions {
             identical: 0.2,
             s3_duplicates: 0.1,
             redeliveries: 0.1,
             lambda_retries: 0.05,
             reprocess_clicks: 0.1,
             crashes: 0.02,
-            recipes: 2,
-            seed: 7,
             ..SimOptions::default()
-        };
-        let report = simulate(&options).await.unwrap();
+        }
+    }
+
+    /// Plays `options`, and checks that every job ran once, plus the runs
+    /// crashes cut short (some were).
+    async fn every_job_once(options: &SimOptions) -> SimReport {
+        let report = simulate(options).await.unwrap();
         assert!(report.runs_cut_short_by_crashes > 0, "{report:?}");
         assert_eq!(
             report.runs_by_content,
             report.unique_jobs + report.runs_cut_short_by_crashes,
             "{report:?}"
         );
+        report
+    }
+
+    #[tokio::test]
+    async fn every_job_runs_once_plus_the_runs_crashes_cut_short() {
+        let options = SimOptions {
+            uploads: 3_000,
+            recipes: 2,
+            seed: 7,
+            ..chaotic()
+        };
+        let report = every_job_once(&options).await;
         // Two recipes per content: every unique content ran both.
         assert_eq!(report.unique_jobs % 2, 0);
         assert!(report.runs_by_message_id > report.runs_by_content + 1_000);
@@ -600,23 +614,11 @@ mod tests {
     async fn a_chained_pipeline_runs_every_job_once_too() {
         let options = SimOptions {
             uploads: 1_500,
-            identical: 0.2,
-            s3_duplicates: 0.1,
-            redeliveries: 0.1,
-            lambda_retries: 0.05,
-            reprocess_clicks: 0.1,
-            crashes: 0.02,
             chained: true,
             seed: 11,
-            ..SimOptions::default()
+            ..chaotic()
         };
-        let report = simulate(&options).await.unwrap();
-        assert!(report.runs_cut_short_by_crashes > 0, "{report:?}");
-        assert_eq!(
-            report.runs_by_content,
-            report.unique_jobs + report.runs_cut_short_by_crashes,
-            "{report:?}"
-        );
+        let report = every_job_once(&options).await;
         // Every recipe, the chained one too, ran each content once.
         let contents = report.unique_jobs / 4;
         let names: Vec<&str> = report.runs_by_recipe.keys().map(String::as_str).collect();

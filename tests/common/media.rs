@@ -102,6 +102,22 @@ pub fn upright_phone_clip() -> PathBuf {
     )
 }
 
+/// An MP4 of one second of sound and no picture.
+pub fn audio_only_mp4() -> Vec<u8> {
+    let path = clip(
+        "audio-only.mp4",
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=frequency=440:duration=1",
+            "-c:a",
+            "aac",
+        ],
+    );
+    std::fs::read(path).unwrap()
+}
+
 /// A PNG of noise (incompressible): `width × height × 3` bytes and a little.
 pub fn noise_png(width: u32, height: u32, seed: u64) -> Vec<u8> {
     let mut rng = fastrand::Rng::with_seed(seed);
