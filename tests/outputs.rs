@@ -12,14 +12,22 @@ use serde_json::Value;
 
 const BYTES: &[u8] = b"bytes whose outputs we look up";
 
-fn outputs(p: &Pipeline, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mediaonce"))
-        .arg("outputs")
+/// `mediaonce <command> <args>` with the pipeline's table and output
+/// bucket, and `recipes` as `MEDIAONCE_RECIPES` (else the default).
+fn mediaonce(p: &Pipeline, command: &str, args: &[&str], recipes: Option<&str>) -> Output {
+    let mut run = Command::new(env!("CARGO_BIN_EXE_mediaonce"));
+    run.arg(command)
         .args(args)
         .env("MEDIAONCE_TABLE", &p.table)
-        .env("MEDIAONCE_OUTPUT_BUCKET", &p.output_bucket)
-        .output()
-        .expect("mediaonce runs")
+        .env("MEDIAONCE_OUTPUT_BUCKET", &p.output_bucket);
+    if let Some(recipes) = recipes {
+        run.env("MEDIAONCE_RECIPES", recipes);
+    }
+    run.output().expect("mediaonce runs")
+}
+
+fn outputs(p: &Pipeline, args: &[&str]) -> Output {
+    mediaonce(p, "outputs", args, None)
 }
 
 #[tokio::test]
@@ -75,13 +83,11 @@ async fn outputs_lists_each_recipes_job_row_and_files() {
 }
 
 fn reprocess(p: &Pipeline, args: &[&str]) -> (Output, Vec<Value>) {
-    let out = Command::new(env!("CARGO_BIN_EXE_mediaonce"))
-        .arg("reprocess")
-        .args(args)
-        .env("MEDIAONCE_TABLE", &p.table)
-        .env("MEDIAONCE_OUTPUT_BUCKET", &p.output_bucket)
-        .output()
-        .expect("mediaonce runs");
+    reprocess_with(p, args, None)
+}
+
+fn reprocess_with(p: &Pipeline, args: &[&str], recipes: Option<&str>) -> (Output, Vec<Value>) {
+    let out = mediaonce(p, "reprocess", args, recipes);
     let lines = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|line| serde_json::from_str(line).expect("a JSON line per job"))
@@ -135,6 +141,58 @@ async fn reprocess_twice_runs_once_and_a_new_version_runs_beside() {
 
     let (missing, _) = reprocess(&p, &[&format!("s3://{}/docs/none.bin", p.bucket)]);
     assert_eq!(missing.status.code(), Some(1));
+}
+
+const CHAINED: &str = r#"[{"name":"probe","step":"probe","version":1,"params":{}},
+    {"name":"probe-of-probe","step":"probe","version":2,"params":{},
+     "input":{"recipe":"probe","file":"probe.json"}}]"#;
+
+#[tokio::test]
+async fn reprocess_runs_the_whole_pipeline_and_outputs_shows_its_tree() {
+    let p = Pipeline::new(Options {
+        separate_output_bucket: true,
+        recipes: Some(CHAINED.into()),
+        ..Options::default()
+    })
+    .await;
+    p.put("docs/a.bin", BYTES, true).await;
+    let object = format!("s3://{}/docs/a.bin", p.bucket);
+
+    let (out, jobs) = reprocess_with(&p, &[&object], Some(CHAINED));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ran: Vec<(&str, &str)> = jobs
+        .iter()
+        .map(|j| {
+            (
+                j["recipe"].as_str().unwrap(),
+                j["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(ran, [("probe", "ran"), ("probe-of-probe", "ran")]);
+    let (_, again) = reprocess_with(&p, &[&object], Some(CHAINED));
+    assert!(again.iter().all(|j| j["outcome"] == "reused"), "{again:?}");
+
+    let out = mediaonce(&p, "outputs", &[&object], Some(CHAINED));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tree: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(tree[0]["name"], "probe", "{tree:#}");
+    let chained = &tree[0]["downstream"][0];
+    assert_eq!(chained["name"], "probe-of-probe", "{tree:#}");
+    assert_eq!(chained["job_key"], jobs[1]["job_key"], "{tree:#}");
+    assert_eq!(
+        (chained["status"].as_str(), chained["refs"].as_u64()),
+        (Some("done"), Some(1))
+    );
+    assert_eq!(chained["input_hash_source"], "upstream-manifest");
 }
 
 fn backfill(args: &[&str]) -> (Output, Value) {
