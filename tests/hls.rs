@@ -178,12 +178,39 @@ async fn a_ladder_lands_in_the_job_prefix_with_playlists_that_parse() {
         .map(|(a, _)| a["RESOLUTION"].as_str())
         .collect();
     assert_eq!(resolutions, ["640x360", "426x240"]);
-    for (attributes, _) in &variants {
-        assert!(attributes["BANDWIDTH"].parse::<u64>().unwrap() > 0);
-        let codecs = &attributes["CODECS"];
+    for (attributes, uri) in &variants {
+        let rendition = uri.trim_end_matches("/index.m3u8");
+        let first = read_segment(&p.output(&format!("{prefix}{rendition}/seg-00000.ts")).await);
+        assert_eq!(
+            attributes["CODECS"],
+            format!("{},mp4a.40.2", first.video_codec.unwrap())
+        );
+        assert_eq!(attributes["FRAME-RATE"], "25.000", "{master}");
+        // Measured over the stored segments: the average is every byte over
+        // the playlist's duration; the peak lies between the richest whole
+        // 2 s segment's rate and the richest segment's.
+        let text =
+            String::from_utf8(p.output(&format!("{prefix}{rendition}/index.m3u8")).await).unwrap();
+        let mut rates = Vec::new();
+        let (mut bytes, mut seconds) = (0u64, 0f64);
+        for (name, duration) in parse_media(&text).segments {
+            let size = p.output(&format!("{prefix}{rendition}/{name}")).await.len() as u64;
+            rates.push((size as f64 * 8.0 / duration, duration));
+            bytes += size;
+            seconds += duration;
+        }
+        let average: f64 = attributes["AVERAGE-BANDWIDTH"].parse().unwrap();
         assert!(
-            codecs.contains("avc1.") && codecs.contains("mp4a.40.2"),
-            "{codecs}"
+            (average - bytes as f64 * 8.0 / seconds).abs() <= 1.0,
+            "{average} for {bytes} bytes in {seconds} s"
+        );
+        let peak: f64 = attributes["BANDWIDTH"].parse().unwrap();
+        let whole = rates.iter().filter(|(_, d)| (*d - 2.0).abs() < 1e-3);
+        let floor = whole.map(|(r, _)| *r).fold(0.0, f64::max);
+        let ceiling = rates.iter().map(|(r, _)| *r).fold(0.0, f64::max);
+        assert!(
+            floor - 1.0 <= peak && peak <= ceiling + 1.0 && average <= peak,
+            "{peak} outside [{floor}, {ceiling}]: {rates:?}"
         );
     }
 
@@ -193,7 +220,8 @@ async fn a_ladder_lands_in_the_job_prefix_with_playlists_that_parse() {
         let playlist = parse_media(&text);
         assert_eq!(playlist.segments.len(), 3, "{text}");
         let total: f64 = playlist.segments.iter().map(|(_, d)| d).sum();
-        assert!((total - 5.0).abs() < 0.1, "{total} s in {text}");
+        // The clip's 5 s, to within a frame.
+        assert!((total - 5.0).abs() <= 0.04, "{total} s in {text}");
         for (i, (uri, duration)) in playlist.segments.iter().enumerate() {
             assert_eq!(uri, &format!("seg-{i:05}.ts"));
             assert!(

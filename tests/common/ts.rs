@@ -11,6 +11,8 @@ pub struct Segment {
     pub stream_types: Vec<u8>,
     /// The displayed size from the first SPS of the H.264 stream, if any.
     pub video_size: Option<(u32, u32)>,
+    /// RFC 6381's `avc1.PPCCLL` from the same SPS's first three bytes.
+    pub video_codec: Option<String>,
 }
 
 impl Segment {
@@ -64,16 +66,19 @@ pub fn read_segment(bytes: &[u8]) -> Segment {
     }
     assert!(pmt_pid.is_some(), "no program association table");
     assert!(!streams.is_empty(), "no program map table");
-    let video_size = (!video_pes.is_empty()).then(|| {
+    let sps = (!video_pes.is_empty()).then(|| {
         let es = pes_payload(&video_pes);
         let sps = nal_units(es)
             .find(|nal| nal.first().is_some_and(|h| h & 0x1F == 7))
             .expect("no sequence parameter set in the first video PES");
-        sps_size(&unescape(&sps[1..]))
+        unescape(&sps[1..])
     });
+    let video_size = sps.as_deref().map(sps_size);
+    let video_codec = sps.map(|s| format!("avc1.{:02x}{:02x}{:02x}", s[0], s[1], s[2]));
     Segment {
         stream_types: streams.iter().map(|(t, _)| *t).collect(),
         video_size,
+        video_codec,
     }
 }
 

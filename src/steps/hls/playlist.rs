@@ -1,0 +1,322 @@
+//! The package's playlists, written from its segments as measured
+//! ([`super::ts`]): each segment's `#EXTINF` from its frames' presentation
+//! times, and per variant the attributes Apple's HLS authoring
+//! specification asks for: `BANDWIDTH` (the peak segment bit rate),
+//! `AVERAGE-BANDWIDTH`, `CODECS`, `RESOLUTION` and `FRAME-RATE`. The same
+//! writer serves every package, so two with the same segments have the
+//! same playlists whoever encoded them. Pure.
+
+use super::ts::{Segment, TICKS_PER_SECOND};
+
+/// One segment of a media playlist: its file name, size and timing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timed {
+    pub name: String,
+    pub bytes: u64,
+    /// The first frame's PTS (90 kHz).
+    pub start: u64,
+    /// Until the next segment's first frame (the last: its last frame's end).
+    pub duration: u64,
+}
+
+impl Timed {
+    fn seconds(&self) -> f64 {
+        self.duration as f64 / TICKS_PER_SECOND as f64
+    }
+}
+
+/// A rendition's segments, in playback order, timed: each lasts until the
+/// next one's first frame, the last until its last frame ends (its frame
+/// interval taken from the rendition's most common one). Every segment must
+/// open on a keyframe and start after the one before it.
+pub fn time_segments(segments: &[(String, Segment)]) -> Result<Vec<Timed>, String> {
+    let frame = frame_interval(segments.iter().map(|(_, s)| s))
+        .ok_or("a rendition with fewer than two video frames")?;
+    let mut timed: Vec<Timed> = Vec::with_capacity(segments.len());
+    for (name, segment) in segments {
+        let start = segment
+            .first_pts()
+            .ok_or_else(|| format!("{name} holds no video frame"))?;
+        if !segment.starts_with_keyframe {
+            return Err(format!("{name} does not open on a keyframe"));
+        }
+        if let Some(previous) = timed.last_mut() {
+            if start <= previous.start {
+                return Err(format!(
+                    "{name} starts at PTS {start}, not after {} ({})",
+                    previous.start, previous.name
+                ));
+            }
+            previous.duration = start - previous.start;
+        }
+        let last = *segment.video_pts.last().expect("has a first");
+        timed.push(Timed {
+            name: name.clone(),
+            bytes: segment.bytes,
+            start,
+            duration: last + frame - start,
+        });
+    }
+    Ok(timed)
+}
+
+/// The most common interval between consecutive frames (the smallest of
+/// equally common ones), over all segments.
+fn frame_interval<'a>(segments: impl Iterator<Item = &'a Segment>) -> Option<u64> {
+    let mut counts = std::collections::BTreeMap::<u64, u64>::new();
+    for segment in segments {
+        for pair in segment.video_pts.windows(2) {
+            *counts.entry(pair[1] - pair[0]).or_default() += 1;
+        }
+    }
+    counts
+        .into_iter()
+        .filter(|(interval, _)| *interval > 0)
+        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+        .map(|(interval, _)| interval)
+}
+
+/// `#EXT-X-TARGETDURATION`: the longest segment, rounded to the nearest
+/// second (RFC 8216 4.3.3.1), at least 1.
+pub fn target_duration(timed: &[Timed]) -> u64 {
+    timed
+        .iter()
+        .map(|t| (t.duration + TICKS_PER_SECOND / 2) / TICKS_PER_SECOND)
+        .max()
+        .unwrap_or(0)
+        .max(1)
+}
+
+/// A VOD media playlist of `timed`, numbered from 0.
+pub fn media_playlist(timed: &[Timed]) -> String {
+    let mut text = format!(
+        "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:{}\n#EXT-X-MEDIA-SEQUENCE:0\n\
+         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-INDEPENDENT-SEGMENTS\n",
+        target_duration(timed)
+    );
+    for segment in timed {
+        text.push_str(&format!(
+            "#EXTINF:{:.6},\n{}\n",
+            segment.seconds(),
+            segment.name
+        ));
+    }
+    text.push_str("#EXT-X-ENDLIST\n");
+    text
+}
+
+/// The peak segment bit rate (RFC 8216bis 4.4.6.2's definition, which
+/// Apple's authoring specification uses for `BANDWIDTH`): the largest bit
+/// rate of any run of consecutive segments lasting 0.5 to 1.5 target
+/// durations; the whole playlist's when no run is that long.
+pub fn peak_bit_rate(timed: &[Timed]) -> u64 {
+    let target = target_duration(timed) * TICKS_PER_SECOND;
+    let (low, high) = (target / 2, target + target / 2);
+    let mut peak = None::<u64>;
+    for first in 0..timed.len() {
+        let (mut bytes, mut duration) = (0u64, 0u64);
+        for segment in &timed[first..] {
+            bytes += segment.bytes;
+            duration += segment.duration;
+            if duration > high {
+                break;
+            }
+            if duration >= low {
+                let rate = bit_rate(bytes, duration);
+                peak = Some(peak.map_or(rate, |p| p.max(rate)));
+            }
+        }
+    }
+    peak.unwrap_or_else(|| average_bit_rate(timed))
+}
+
+/// The whole playlist's bit rate: `AVERAGE-BANDWIDTH`.
+pub fn average_bit_rate(timed: &[Timed]) -> u64 {
+    bit_rate(
+        timed.iter().map(|t| t.bytes).sum(),
+        timed.iter().map(|t| t.duration).sum(),
+    )
+}
+
+/// Bits per second, rounded up.
+fn bit_rate(bytes: u64, ticks: u64) -> u64 {
+    if ticks == 0 {
+        return 0;
+    }
+    (bytes as u128 * 8 * TICKS_PER_SECOND as u128).div_ceil(ticks as u128) as u64
+}
+
+/// One `#EXT-X-STREAM-INF` entry of the master playlist.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Variant {
+    /// The media playlist, relative to the master.
+    pub uri: String,
+    pub bandwidth: u64,
+    pub average_bandwidth: u64,
+    pub codecs: String,
+    pub width: u32,
+    pub height: u32,
+    pub frame_rate: f64,
+}
+
+impl Variant {
+    /// A rendition's variant, from its measured and timed segments.
+    pub fn measure(
+        uri: &str,
+        segments: &[(String, Segment)],
+        timed: &[Timed],
+    ) -> Result<Variant, String> {
+        let first = &segments.first().ok_or("a rendition without segments")?.1;
+        let video = first
+            .video
+            .ok_or_else(|| format!("{uri}: no sequence parameter set in the first segment"))?;
+        let mut codecs = video.codec();
+        if let Some(audio) = first.audio {
+            codecs.push(',');
+            codecs.push_str(&audio.codec());
+        }
+        let frames: u64 = segments.iter().map(|(_, s)| s.video_pts.len() as u64).sum();
+        let duration: u64 = timed.iter().map(|t| t.duration).sum();
+        Ok(Variant {
+            uri: uri.to_string(),
+            bandwidth: peak_bit_rate(timed),
+            average_bandwidth: average_bit_rate(timed),
+            codecs,
+            width: video.width,
+            height: video.height,
+            frame_rate: frames as f64 * TICKS_PER_SECOND as f64 / duration.max(1) as f64,
+        })
+    }
+}
+
+/// The master playlist: `variants` in the order given.
+pub fn master_playlist(variants: &[Variant]) -> String {
+    let mut text = String::from("#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-INDEPENDENT-SEGMENTS\n");
+    for v in variants {
+        text.push_str(&format!(
+            "#EXT-X-STREAM-INF:BANDWIDTH={},AVERAGE-BANDWIDTH={},CODECS=\"{}\",RESOLUTION={}x{},FRAME-RATE={:.3}\n{}\n",
+            v.bandwidth, v.average_bandwidth, v.codecs, v.width, v.height, v.frame_rate, v.uri
+        ));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::steps::hls::ts::VideoFormat;
+
+    /// A segment of `frames` frames at 25 fps from `start` seconds, `bytes`
+    /// long.
+    fn segment(start: f64, frames: u64, bytes: u64) -> Segment {
+        let first = (start * 90_000.0).round() as u64;
+        Segment {
+            bytes,
+            video_pts: (0..frames).map(|i| first + i * 3600).collect(),
+            starts_with_keyframe: true,
+            video: Some(VideoFormat {
+                profile_idc: 100,
+                constraints: 0,
+                level_idc: 30,
+                width: 640,
+                height: 360,
+            }),
+            ..Segment::default()
+        }
+    }
+
+    fn named(segments: Vec<Segment>) -> Vec<(String, Segment)> {
+        segments
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| (format!("seg-{i:05}.ts"), s))
+            .collect()
+    }
+
+    #[test]
+    fn durations_run_to_the_next_segment_and_the_last_frame_s_end() {
+        // 2 s, 2 s and 1 s at 25 fps, starting at 1.4 s (the muxer's offset).
+        let segments = named(vec![
+            segment(1.4, 50, 1000),
+            segment(3.4, 50, 1000),
+            segment(5.4, 25, 500),
+        ]);
+        let timed = time_segments(&segments).unwrap();
+        let seconds: Vec<f64> = timed.iter().map(Timed::seconds).collect();
+        assert_eq!(seconds, [2.0, 2.0, 1.0]);
+        assert_eq!(target_duration(&timed), 2);
+        let text = media_playlist(&timed);
+        assert_eq!(
+            text,
+            "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXT-X-MEDIA-SEQUENCE:0\n\
+             #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-INDEPENDENT-SEGMENTS\n\
+             #EXTINF:2.000000,\nseg-00000.ts\n#EXTINF:2.000000,\nseg-00001.ts\n\
+             #EXTINF:1.000000,\nseg-00002.ts\n#EXT-X-ENDLIST\n"
+        );
+    }
+
+    #[test]
+    fn segments_out_of_order_or_without_a_keyframe_are_refused() {
+        let mut segments = named(vec![segment(0.0, 50, 1), segment(2.0, 50, 1)]);
+        segments[1].1.starts_with_keyframe = false;
+        assert_eq!(
+            time_segments(&segments).unwrap_err(),
+            "seg-00001.ts does not open on a keyframe"
+        );
+        let backwards = named(vec![segment(2.0, 50, 1), segment(0.0, 50, 1)]);
+        assert!(time_segments(&backwards)
+            .unwrap_err()
+            .starts_with("seg-00001.ts starts at PTS 0, not after 180000"));
+        let one_frame = named(vec![segment(0.0, 1, 1)]);
+        assert!(time_segments(&one_frame).is_err());
+    }
+
+    #[test]
+    fn peak_is_the_richest_run_of_half_to_one_and_a_half_targets() {
+        // 2 s segments (target 2): runs of 1 or 2 segments (2 s to 3 s
+        // qualify: one segment; two is 4 s, too long).
+        let segments = named(vec![
+            segment(0.0, 50, 100_000),
+            segment(2.0, 50, 400_000),
+            segment(4.0, 50, 100_000),
+        ]);
+        let timed = time_segments(&segments).unwrap();
+        assert_eq!(peak_bit_rate(&timed), 400_000 * 8 / 2);
+        assert_eq!(average_bit_rate(&timed), 600_000 * 8 / 6);
+
+        // 1 s segments beside a target of 2 (one 2.4 s segment): runs of
+        // one to three 1 s segments qualify.
+        let uneven = named(vec![
+            segment(0.0, 60, 240_000),
+            segment(2.4, 25, 300_000),
+            segment(3.4, 25, 0),
+        ]);
+        let timed = time_segments(&uneven).unwrap();
+        assert_eq!(target_duration(&timed), 2);
+        assert_eq!(peak_bit_rate(&timed), 300_000 * 8);
+    }
+
+    #[test]
+    fn a_variant_measured_over_every_segment() {
+        let mut segments = named(vec![segment(0.0, 50, 250_000), segment(2.0, 25, 50_000)]);
+        segments[0].1.audio = Some(crate::steps::hls::ts::AudioFormat {
+            object_type: 2,
+            sample_rate: 48_000,
+            channels: 2,
+        });
+        let timed = time_segments(&segments).unwrap();
+        let variant = Variant::measure("360p/index.m3u8", &segments, &timed).unwrap();
+        assert_eq!(variant.codecs, "avc1.64001e,mp4a.40.2");
+        assert_eq!((variant.width, variant.height), (640, 360));
+        assert_eq!(variant.frame_rate, 25.0);
+        assert_eq!(variant.bandwidth, 1_000_000);
+        assert_eq!(variant.average_bandwidth, 800_000);
+        assert_eq!(
+            master_playlist(&[variant]),
+            "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-INDEPENDENT-SEGMENTS\n\
+             #EXT-X-STREAM-INF:BANDWIDTH=1000000,AVERAGE-BANDWIDTH=800000,\
+             CODECS=\"avc1.64001e,mp4a.40.2\",RESOLUTION=640x360,FRAME-RATE=25.000\n\
+             360p/index.m3u8\n"
+        );
+    }
+}
