@@ -13,6 +13,11 @@ pub struct Segment {
     pub video_size: Option<(u32, u32)>,
     /// RFC 6381's `avc1.PPCCLL` from the same SPS's first three bytes.
     pub video_codec: Option<String>,
+    /// Every video PES's PTS (90 kHz), sorted: the frames' presentation
+    /// times.
+    pub video_pts: Vec<u64>,
+    /// Whether each video PES, in stream order, holds an IDR slice.
+    pub idr: Vec<bool>,
 }
 
 impl Segment {
@@ -36,7 +41,8 @@ pub fn read_segment(bytes: &[u8]) -> Segment {
     );
     let mut pmt_pid = None;
     let mut streams: Vec<(u8, u16)> = Vec::new();
-    let mut video_pes = Vec::new();
+    let mut video_units: Vec<Vec<u8>> = Vec::new();
+    let mut pes = Vec::new();
     for (index, packet) in bytes.chunks(PACKET).enumerate() {
         assert_eq!(packet[0], 0x47, "packet {index} has no sync byte");
         let start = packet[1] & 0x40 != 0;
@@ -55,15 +61,26 @@ pub fn read_segment(bytes: &[u8]) -> Segment {
         } else if Some(pid) == pmt_pid && start && streams.is_empty() {
             streams = pmt_streams(section(payload));
         } else if let Some(&(_, video)) = streams.iter().find(|(t, _)| *t == 0x1B) {
-            if pid == video && (start || !video_pes.is_empty()) {
-                if start && !video_pes.is_empty() {
-                    // The first PES of the stream is enough for its SPS.
-                    break;
+            if pid == video && (start || !pes.is_empty()) {
+                if start && !pes.is_empty() {
+                    video_units.push(std::mem::take(&mut pes));
                 }
-                video_pes.extend_from_slice(payload);
+                pes.extend_from_slice(payload);
             }
         }
     }
+    if !pes.is_empty() {
+        video_units.push(pes);
+    }
+    let video_pes = video_units.first().cloned().unwrap_or_default();
+    let mut video_pts: Vec<u64> = video_units.iter().map(|unit| pes_pts(unit)).collect();
+    video_pts.sort_unstable();
+    let idr = video_units
+        .iter()
+        .map(|unit| {
+            nal_units(pes_payload(unit)).any(|nal| nal.first().is_some_and(|h| h & 0x1F == 5))
+        })
+        .collect();
     assert!(pmt_pid.is_some(), "no program association table");
     assert!(!streams.is_empty(), "no program map table");
     let sps = (!video_pes.is_empty()).then(|| {
@@ -79,6 +96,8 @@ pub fn read_segment(bytes: &[u8]) -> Segment {
         stream_types: streams.iter().map(|(t, _)| *t).collect(),
         video_size,
         video_codec,
+        video_pts,
+        idr,
     }
 }
 
@@ -115,6 +134,17 @@ fn pmt_streams(pmt: &[u8]) -> Vec<(u8, u16)> {
         at += 5 + es_info;
     }
     streams
+}
+
+/// A PES packet's PTS (it must have one).
+fn pes_pts(pes: &[u8]) -> u64 {
+    assert!(pes[7] & 0x80 != 0, "a video PES without a PTS");
+    let p = &pes[9..14];
+    ((p[0] as u64 >> 1) & 0x07) << 30
+        | (p[1] as u64) << 22
+        | (p[2] as u64 >> 1) << 15
+        | (p[3] as u64) << 7
+        | (p[4] as u64 >> 1)
 }
 
 /// The elementary stream bytes of a PES packet.

@@ -13,6 +13,7 @@
 //! bytes. ffmpeg is killed before the invocation deadline (the job fails and
 //! is retried) and when the step is dropped; its progress is logged.
 
+pub mod chunk;
 mod params;
 pub mod playlist;
 pub mod ts;
@@ -23,6 +24,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::ffmpeg::{ffmpeg_from, run_to_end, time_left, MovieScratch, STOP_BEFORE_DEADLINE};
+pub use chunk::Span;
 pub use params::{plan_renditions, Height, HlsParams, Rendition};
 
 use crate::step::{content_type, InputUse, JobOutputs, Step, StepContext, StepError};
@@ -34,12 +36,20 @@ pub const SCRATCH_RESERVE_BYTES: u64 = 64 * 1024 * 1024;
 /// How often progress is logged.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
-/// ffmpeg's arguments: `input` into `out_dir`, one run for the whole
-/// ladder. Pure.
+/// Added to every output timestamp: more than any encoder delay (x264's
+/// B-frames), so that no decode timestamp is negative and ffmpeg never
+/// shifts a run's timeline to make it so. A run that starts at the input's
+/// beginning would be shifted and one that starts later would not; with
+/// the offset every run, whole or a chunk, keeps the input's own timeline.
+pub const TIMELINE_OFFSET_SECS: u32 = 10;
+
+/// ffmpeg's arguments: `input` (or its `span`) into `out_dir`, one run for
+/// the whole ladder. Pure.
 pub fn ffmpeg_args(
     params: &HlsParams,
     renditions: &[Rendition],
     with_audio: bool,
+    span: Option<&Span>,
     input: &Path,
     out_dir: &Path,
 ) -> Vec<String> {
@@ -58,16 +68,28 @@ pub fn ffmpeg_args(
         // other files and URLs), and open nothing but local files.
         "-protocol_whitelist",
         "file",
-        "-f",
-        "mov",
-        "-i",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    let mut graph = String::from("[0:v]");
+    if let Some(span) = span {
+        // Seek to the span (ffmpeg decodes from the keyframe before it and
+        // drops the frames before it), then keep exactly its frames: those
+        // before its end, on the input's own timeline (-copyts below).
+        if let Some(start) = span.start {
+            args.extend(["-ss".into(), format_seconds(start)]);
+        }
+        let trim = span.trim_filter();
+        if !trim.is_empty() {
+            graph.push_str(&trim);
+            graph.push(',');
+        }
+    }
+    args.extend(["-f".into(), "mov".into(), "-i".into()]);
     args.push(input.display().to_string());
 
-    let mut graph = format!("[0:v]split={n}");
+    graph.push_str(&format!("split={n}"));
     for i in 0..n {
         graph.push_str(&format!("[s{i}]"));
     }
@@ -119,9 +141,15 @@ pub fn ffmpeg_args(
             "-profile:v",
             "high",
             // Keyframes exactly at segment boundaries, none elsewhere from
-            // scene cuts: renditions switch cleanly at every segment.
+            // scene cuts: renditions switch cleanly at every segment. A
+            // frame is forced when it is the first in a later segment slot
+            // (floor(t / segment)) than the last forced one: the same frames
+            // whether the run starts at the beginning or at a chunk's start,
+            // and whatever the input's first timestamp.
             "-force_key_frames",
-            &format!("expr:gte(t,n_forced*{segment})"),
+            &format!(
+                "expr:if(isnan(prev_forced_t),1,gte(floor(t/{segment}),floor(prev_forced_t/{segment})+1))"
+            ),
             "-sc_threshold",
             "0",
             "-threads",
@@ -140,6 +168,12 @@ pub fn ffmpeg_args(
             "-1",
             "-map_chapters",
             "-1",
+            // The input's own timeline, offset: a chunk's frames keep the
+            // times they have in a whole run (without -copyts, the first
+            // frame after a seek would be moved to the seek's time).
+            "-copyts",
+            "-output_ts_offset",
+            &TIMELINE_OFFSET_SECS.to_string(),
             "-f",
             "hls",
             "-hls_time",
@@ -176,17 +210,19 @@ pub fn ffmpeg_args(
 }
 
 /// Seconds as ffmpeg reads them, without a float's noise: 6, 2.5.
-fn format_seconds(seconds: f64) -> String {
+pub(crate) fn format_seconds(seconds: f64) -> String {
     let text = format!("{seconds:.3}");
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// ffmpeg's `-progress` output, a `key=value` line at a time. Pure.
+///
+/// Counted in frames: with `-copyts` ffmpeg 7 reports `out_time` (and so
+/// `speed`) as 0.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Progress {
-    /// Seconds of output encoded so far.
-    pub encoded: f64,
-    pub speed: Option<f64>,
+    /// Frames encoded so far (of the first output stream).
+    pub frames: u64,
     pub finished: bool,
 }
 
@@ -197,13 +233,11 @@ impl Progress {
             return false;
         };
         match key {
-            "out_time_us" | "out_time_ms" => {
-                // Both are microseconds (out_time_ms is misnamed).
-                if let Ok(us) = value.parse::<i64>() {
-                    self.encoded = us.max(0) as f64 / 1e6;
+            "frame" => {
+                if let Ok(frames) = value.trim().parse() {
+                    self.frames = frames;
                 }
             }
-            "speed" => self.speed = value.trim_end_matches('x').trim().parse().ok(),
             "progress" => {
                 self.finished = value == "end";
                 return true;
@@ -211,6 +245,15 @@ impl Progress {
             _ => {}
         }
         false
+    }
+
+    /// Seconds of input encoded, at `frame_rate` frames a second.
+    pub fn encoded_secs(&self, frame_rate: f64) -> f64 {
+        if frame_rate > 0.0 {
+            self.frames as f64 / frame_rate
+        } else {
+            0.0
+        }
     }
 }
 
@@ -295,14 +338,19 @@ impl Step for HlsPackage {
             params,
             &renditions,
             movie.audio().is_some(),
+            None,
             &scratch.input,
             &out_dir,
         );
+        let clock = FrameClock {
+            frame_rate: video.frame_rate.unwrap_or(0.0),
+            total_secs: movie.duration,
+        };
         run_logging_progress(
             &self.ffmpeg,
             &args,
             &scratch.dir,
-            movie.duration,
+            clock,
             time_left(context),
             context.job_key,
         )
@@ -353,25 +401,36 @@ fn write_playlists(out_dir: &Path, renditions: Vec<String>) -> Result<(), StepEr
     .map_err(|e| failed(format!("writing master.m3u8: {e}")))
 }
 
+/// What progress in frames means in seconds.
+#[derive(Debug, Clone, Copy)]
+struct FrameClock {
+    /// The input's frames per second (0 when unknown).
+    frame_rate: f64,
+    total_secs: Option<f64>,
+}
+
 /// Runs ffmpeg to its end ([`run_to_end`]), logging its progress.
 async fn run_logging_progress(
     ffmpeg: &Path,
     args: &[String],
     scratch: &Path,
-    duration: Option<f64>,
+    clock: FrameClock,
     time_left: Option<Duration>,
     job_key: &str,
 ) -> Result<(), StepError> {
     let mut progress = Progress::default();
-    let mut logged = tokio::time::Instant::now();
+    let started = tokio::time::Instant::now();
+    let mut logged = started;
     let run = run_to_end(ffmpeg, args, scratch, time_left, |line| {
         if progress.feed(line) && (logged.elapsed() >= PROGRESS_EVERY || progress.finished) {
             logged = tokio::time::Instant::now();
+            let encoded = progress.encoded_secs(clock.frame_rate);
             tracing::info!(
                 job_key,
-                encoded_secs = progress.encoded,
-                total_secs = duration,
-                speed = progress.speed,
+                frames = progress.frames,
+                encoded_secs = encoded,
+                total_secs = clock.total_secs,
+                speed = encoded / started.elapsed().as_secs_f64().max(1e-3),
                 "hls-package: ffmpeg progress"
             );
         }
@@ -380,7 +439,11 @@ async fn run_logging_progress(
     run.map_err(|failure| {
         failure.into_step_error(
             " (raise the function timeout, or shorten the ladder)",
-            &format!(" after {:.1} s of output", progress.encoded),
+            &format!(
+                " after {} frames ({:.1} s) of output",
+                progress.frames,
+                progress.encoded_secs(clock.frame_rate)
+            ),
         )
     })
 }
@@ -434,16 +497,32 @@ mod tests {
     fn one_ffmpeg_run_for_the_ladder() {
         let p = params(json!({"ladder": [720, 360], "segment": 2})).unwrap();
         let r = plan_renditions(&p, 1080);
-        let args = ffmpeg_args(&p, &r, true, Path::new("/s/in"), Path::new("/s/out"));
+        let args = ffmpeg_args(&p, &r, true, None, Path::new("/s/in"), Path::new("/s/out"));
         let joined = args.join(" ");
         assert!(joined.contains("[0:v]split=2[s0][s1];[s0]scale=-2:720[v0];[s1]scale=-2:360[v1]"));
-        assert!(joined.contains("-force_key_frames expr:gte(t,n_forced*2)"));
+        assert!(joined.contains(
+            "-force_key_frames expr:if(isnan(prev_forced_t),1,gte(floor(t/2),floor(prev_forced_t/2)+1))"
+        ));
+        assert!(joined.contains("-copyts -output_ts_offset 10 -f hls"));
         assert!(joined.contains("-hls_time 2 "));
         assert!(joined.contains("-var_stream_map v:0,a:0,name:720p v:1,a:1,name:360p"));
         assert!(joined.ends_with("/s/out/%v/index.m3u8"));
         // The input is read as MP4/MOV from a local file, nothing else.
         assert!(joined.contains("-protocol_whitelist file -f mov -i /s/in "));
-        let silent = ffmpeg_args(&p, &r, false, Path::new("/s/in"), Path::new("/s/out"));
+        // A chunk seeks to its start and keeps its frames, nothing more.
+        let span = chunk::plan(10.0, 2.0, 4.0)[1];
+        let chunk = ffmpeg_args(
+            &p,
+            &r,
+            true,
+            Some(&span),
+            Path::new("/s/in"),
+            Path::new("/s/out"),
+        );
+        let chunk = chunk.join(" ");
+        assert!(chunk.contains("-protocol_whitelist file -ss 4 -f mov -i /s/in "));
+        assert!(chunk.contains("-filter_complex [0:v]trim=start=4:end=8,split=2[s0][s1];"));
+        let silent = ffmpeg_args(&p, &r, false, None, Path::new("/s/in"), Path::new("/s/out"));
         assert!(!silent.iter().any(|a| a == "0:a:0"));
         assert!(silent.join(" ").contains("v:0,name:720p v:1,name:360p"));
     }
@@ -452,16 +531,15 @@ mod tests {
     fn progress_lines() {
         let mut progress = Progress::default();
         assert!(!progress.feed("frame=50"));
-        assert!(!progress.feed("out_time_us=2000000"));
-        assert!(!progress.feed("speed=3.5x"));
+        assert!(!progress.feed("out_time_us=0"));
         assert!(progress.feed("progress=continue"));
-        assert_eq!(progress.encoded, 2.0);
-        assert_eq!(progress.speed, Some(3.5));
+        assert_eq!(progress.encoded_secs(25.0), 2.0);
+        assert_eq!(progress.encoded_secs(0.0), 0.0);
         assert!(!progress.finished);
-        progress.feed("out_time_us=N/A");
+        progress.feed("frame=N/A");
         assert!(progress.feed("progress=end"));
         assert!(progress.finished);
-        assert_eq!(progress.encoded, 2.0);
+        assert_eq!(progress.frames, 50);
     }
 
     #[test]
