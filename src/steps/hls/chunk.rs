@@ -2,9 +2,10 @@
 //! cuts go, and how long a chunk may be. Pure.
 //!
 //! Cuts fall on segment boundaries (whole multiples of the segment length
-//! on the input's timeline), where every run forces a keyframe, so a chunk
-//! run and a whole run cut their segments at the same frames and give
-//! them the same timestamps (`-copyts`, and [`super::TIMELINE_OFFSET_SECS`]).
+//! on the input's timeline), where every run forces a keyframe, and a chunk
+//! run keeps each frame's timestamp from a whole run (`-copyts`, and
+//! [`super::TIMELINE_OFFSET_SECS`]). Nothing runs chunks yet: DESIGN.md,
+//! "Chunked HLS", lists what must change before they do.
 
 use super::format_seconds;
 
@@ -54,9 +55,9 @@ pub fn plan(duration: f64, segment: f64, chunk_seconds: f64) -> Vec<Span> {
 }
 
 /// CPU seconds x264 (`veryfast`, two threads) spends per second of 1080p30
-/// input for the default ladder (1080, 720 and 360 lines), the worst of the
-/// clips measured by `bench/hls_long.sh` (a noisy one; a clean one takes
-/// 1.2). Other ladders and presets scale from it.
+/// input for the default ladder (1080, 720 and 360 lines): the worse of two
+/// 30 s clips measured with the pinned ffmpeg on two x86_64 cores (a noisy
+/// one; a clean one took 1.2). Other ladders scale from it by pixels.
 pub const CPU_SECONDS_PER_SECOND_1080_LADDER: f64 = 2.2;
 
 /// Pixels of the default ladder's renditions (16:9).

@@ -143,9 +143,10 @@ pub fn ffmpeg_args(
             // Keyframes exactly at segment boundaries, none elsewhere from
             // scene cuts: renditions switch cleanly at every segment. A
             // frame is forced when it is the first in a later segment slot
-            // (floor(t / segment)) than the last forced one: the same frames
-            // whether the run starts at the beginning or at a chunk's start,
-            // and whatever the input's first timestamp.
+            // (floor(t / segment)) than the last forced one. ffmpeg counts
+            // `t` from the run's first frame, so a chunk run can drift a
+            // frame from a whole run's keyframes on long NTSC inputs
+            // (DESIGN.md, "Chunked HLS": to become a list of absolute times).
             "-force_key_frames",
             &format!(
                 "expr:if(isnan(prev_forced_t),1,gte(floor(t/{segment}),floor(prev_forced_t/{segment})+1))"
@@ -186,8 +187,6 @@ pub fn ffmpeg_args(
             "mpegts",
             "-hls_segment_filename",
             &out_dir.join("%v/seg-%05d.ts").display().to_string(),
-            "-master_pl_name",
-            "master.m3u8",
             "-var_stream_map",
         ]
         .iter()
@@ -473,11 +472,6 @@ async fn upload_dir(dir: &Path, outputs: &mut JobOutputs) -> Result<(), StepErro
         }
     }
     files.sort();
-    if !files.iter().any(|(_, name, _)| name == "master.m3u8") {
-        return Err(StepError::Failed(
-            "ffmpeg finished without writing master.m3u8".into(),
-        ));
-    }
     for (_, name, path) in files {
         outputs.put_file(&name, content_type(&name), &path).await?;
     }
