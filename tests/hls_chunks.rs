@@ -1,7 +1,9 @@
 //! `hls-package` in chunks: a clip encoded whole and encoded as chunks
-//! (each its own ffmpeg run over its span) cuts the same segments at the
-//! same frames with the same timestamps, read back by the tests' own
-//! MPEG-TS reader.
+//! (each its own ffmpeg run over its span, all writing into one package)
+//! cuts the same segments at the same frames with the same timestamps, its
+//! audio frames lie on the whole run's grid, every one once, and the
+//! joined package plays end to end in ffmpeg's HLS client. Read back by the
+//! tests' own MPEG-TS reader.
 
 mod common;
 
@@ -10,19 +12,28 @@ use std::process::{Command, Stdio};
 
 use common::media::{clip, ffmpeg};
 use common::ts::{read_segment, Segment};
-use mediaonce::steps::hls::{chunk, ffmpeg_args, plan_renditions, HlsParams, Span};
+use mediaonce::steps::hls::{
+    chunk, ffmpeg_args, plan_renditions, write_playlists, HlsParams, Span,
+};
 
-/// 14 s at NTSC's 29.97 frames a second (no segment boundary falls on a
+/// 40 s at NTSC's 29.97 frames a second (no segment boundary falls on a
 /// frame), with B-frames (x264's encoder delay, which once shifted only
-/// the runs that start at the beginning).
+/// the runs that start at the beginning), and a 48 kHz stereo tone in AAC
+/// (with its encoder's priming, as uploads have).
 fn ntsc_clip() -> PathBuf {
     clip(
-        "ntsc-14s.mp4",
+        "ntsc-40s-audio.mp4",
         &[
             "-f",
             "lavfi",
             "-i",
-            "testsrc2=size=320x180:rate=30000/1001:duration=14",
+            "testsrc2=size=320x180:rate=30000/1001:duration=40",
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=frequency=440:sample_rate=48000:duration=40",
+            "-ac",
+            "2",
             "-c:v",
             "libx264",
             "-preset",
@@ -33,78 +44,180 @@ fn ntsc_clip() -> PathBuf {
             "90",
             "-pix_fmt",
             "yuv420p",
+            "-c:a",
+            "aac",
+            "-b:a",
+            "96k",
         ],
     )
 }
 
+const DURATION_MS: u64 = 40_000;
+const SEGMENT_MS: u64 = 2_000;
+const RATE: u32 = 48_000;
+
 fn params() -> HlsParams {
-    let value = serde_json::json!({"ladder": [180], "segment": 2, "preset": "veryfast"});
+    // Two renditions: each must get the keyframe list.
+    let value = serde_json::json!({"ladder": [180, 144], "segment": 2, "preset": "veryfast"});
     HlsParams::from_params(value.as_object().unwrap()).unwrap()
 }
 
-/// Encodes `span` (or the whole) of `input` into `out`; its segments in
-/// order.
-fn encode(input: &Path, span: Option<&Span>, out: &Path) -> Vec<Segment> {
-    let _ = std::fs::remove_dir_all(out);
-    std::fs::create_dir_all(out).unwrap();
+/// Encodes `span` of `input` into the package at `out`.
+fn encode(input: &Path, span: &Span, out: &Path) {
     let params = params();
     let renditions = plan_renditions(&params, 180);
-    let args = ffmpeg_args(&params, &renditions, false, span, input, out);
+    let args = ffmpeg_args(&params, &renditions, Some(RATE), span, input, out);
     let status = Command::new(ffmpeg())
         .args(&args)
         .stdout(Stdio::null())
         .status()
         .unwrap();
     assert!(status.success(), "ffmpeg {args:?}");
-    let dir = out.join("180p");
-    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+}
+
+/// A rendition's segments, in name order: (name, segment).
+fn segments(out: &Path, rendition: &str) -> Vec<(String, Segment)> {
+    let dir = out.join(rendition);
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "ts"))
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.ends_with(".ts"))
         .collect();
     names.sort();
     names
-        .iter()
-        .map(|p| read_segment(&std::fs::read(p).unwrap()))
+        .into_iter()
+        .map(|name| {
+            let segment = read_segment(&std::fs::read(dir.join(&name)).unwrap());
+            (name, segment)
+        })
         .collect()
 }
 
-#[test]
-fn chunks_cut_the_same_segments_at_the_same_frames_and_times_as_a_whole_run() {
-    let input = ntsc_clip();
-    let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hls-chunks");
-    let whole = encode(&input, None, &scratch.join("whole"));
-    // 4 s chunks of 2 s segments: four runs, the last 2 s.
-    let spans = chunk::plan(14.0, 2.0, 4.0);
-    assert_eq!(spans.len(), 4);
-    let chunked: Vec<Segment> = spans
-        .iter()
-        .flat_map(|span| {
-            encode(
-                &input,
-                Some(span),
-                &scratch.join(format!("chunk-{}", span.index)),
-            )
-        })
-        .collect();
+fn fresh(dir: &Path) -> PathBuf {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    dir.to_path_buf()
+}
 
-    assert_eq!(whole.len(), 7, "7 segments of 2 s");
-    assert_eq!(chunked.len(), whole.len());
-    let frames: usize = whole.iter().map(|s| s.video_pts.len()).sum();
-    assert_eq!(frames, 420, "14 s at 29.97: frames 0 to 419");
-    for (i, (w, c)) in whole.iter().zip(&chunked).enumerate() {
+/// The `#EXTINF` lines of a media playlist.
+fn durations(playlist: &Path) -> Vec<String> {
+    std::fs::read_to_string(playlist)
+        .unwrap()
+        .lines()
+        .filter(|line| line.starts_with("#EXTINF"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Plays `master` in ffmpeg's HLS client: (video frames decoded, audio
+/// samples decoded, per channel).
+fn play(master: &Path, scratch: &Path) -> (usize, usize) {
+    let audio = scratch.join("played.f32");
+    let out = Command::new(ffmpeg())
+        // The static ffmpeg's MPEG-TS demuxer converts DVB text with
+        // iconv, whose static glibc loads gconv modules from the system
+        // and crashes; with none found it falls back.
+        .env("GCONV_PATH", "/nonexistent")
+        .args(["-hide_banner", "-loglevel", "error", "-nostdin", "-y", "-i"])
+        .arg(master)
+        .args(["-map", "0:v:0", "-f", "framecrc", "-"])
+        .args(["-map", "0:a:0", "-ac", "1", "-f", "f32le"])
+        .arg(&audio)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "playing {}: {}",
+        master.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let frames = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|line| line.starts_with("0,"))
+        .count();
+    let samples = std::fs::metadata(&audio).unwrap().len() as usize / 4;
+    (frames, samples)
+}
+
+#[test]
+fn chunks_join_into_the_whole_runs_segments_frames_and_audio() {
+    let input = ntsc_clip();
+    let scratch = fresh(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hls-chunks"));
+    let whole_dir = fresh(&scratch.join("whole"));
+    encode(&input, &Span::whole(DURATION_MS, SEGMENT_MS), &whole_dir);
+    // 8 s chunks of 2 s segments: five runs, into one package.
+    let spans = chunk::plan(DURATION_MS, SEGMENT_MS, 8_000);
+    assert_eq!(spans.len(), 5);
+    let joined_dir = fresh(&scratch.join("joined"));
+    for span in &spans {
+        encode(&input, span, &joined_dir);
+    }
+    let whole = segments(&whole_dir, "180p");
+    let joined = segments(&joined_dir, "180p");
+    let small = segments(&joined_dir, "144p");
+    let small_pts: Vec<&Vec<u64>> = small.iter().map(|(_, s)| &s.video_pts).collect();
+    let pts: Vec<&Vec<u64>> = joined.iter().map(|(_, s)| &s.video_pts).collect();
+    assert_eq!(small_pts, pts, "both renditions cut at the same frames");
+
+    assert_eq!(whole.len(), 20, "20 segments of 2 s");
+    let names: Vec<&str> = joined.iter().map(|(name, _)| name.as_str()).collect();
+    let expected: Vec<String> = (0..20).map(|i| format!("seg-{i:05}.ts")).collect();
+    assert_eq!(names, expected, "numbered on across chunks, every one once");
+    let frames: usize = whole.iter().map(|(_, s)| s.video_pts.len()).sum();
+    assert_eq!(frames, 1199, "40 s at 29.97: frames 0 to 1198");
+    for (i, ((_, w), (_, c))) in whole.iter().zip(&joined).enumerate() {
         // The same frames at the same presentation times.
         assert_eq!(w.video_pts, c.video_pts, "segment {i}");
         // Each opens on an IDR and holds no other.
         for s in [w, c] {
             assert!(s.idr[0], "segment {i} opens on an IDR");
             assert_eq!(s.idr.iter().filter(|&&k| k).count(), 1, "segment {i}");
+            assert_eq!(s.audio_rate, Some(RATE), "segment {i}");
         }
     }
-    // Continuous: each segment starts one frame after the previous ends.
-    let all: Vec<u64> = chunked.iter().flat_map(|s| s.video_pts.clone()).collect();
+    // Continuous video: each frame one frame after the previous.
+    let all: Vec<u64> = joined
+        .iter()
+        .flat_map(|(_, s)| s.video_pts.clone())
+        .collect();
     for pair in all.windows(2) {
-        let step = pair[1] - pair[0];
-        assert_eq!(step, 3003, "a gap or overlap: {pair:?}");
+        assert_eq!(pair[1] - pair[0], 3003, "a gap or overlap: {pair:?}");
     }
+    // Audio: the whole run's frames, every one once, continuous across
+    // the four cuts (a chunk's first audio frame may sit in the segment
+    // before the whole run's, so compare the streams, not the segments).
+    let whole_audio: Vec<u64> = whole
+        .iter()
+        .flat_map(|(_, s)| s.audio_pts.clone())
+        .collect();
+    let joined_audio: Vec<u64> = joined
+        .iter()
+        .flat_map(|(_, s)| s.audio_pts.clone())
+        .collect();
+    assert_eq!(joined_audio, whole_audio);
+    for pair in joined_audio.windows(2) {
+        assert_eq!(pair[1] - pair[0], 1920, "an audio gap or overlap: {pair:?}");
+    }
+    // The input's 40 s of samples, within a frame, after the encoder's
+    // one frame of priming.
+    let samples = (joined_audio.len() as i64 - 1) * 1024;
+    assert!(
+        (samples - 40 * RATE as i64).abs() <= 1024,
+        "{samples} samples"
+    );
+
+    // Joined, the playlists are the whole run's: the same durations.
+    for dir in [&whole_dir, &joined_dir] {
+        write_playlists(dir, vec!["180p".into(), "144p".into()]).unwrap();
+    }
+    assert_eq!(
+        durations(&joined_dir.join("180p/index.m3u8")),
+        durations(&whole_dir.join("180p/index.m3u8"))
+    );
+    // And the package plays end to end: every frame, every sample, the
+    // same as the whole run's.
+    let played = play(&joined_dir.join("master.m3u8"), &scratch);
+    assert_eq!(played.0, 1199);
+    assert_eq!(played, play(&whole_dir.join("master.m3u8"), &scratch));
 }

@@ -1,8 +1,10 @@
 //! A small MPEG-TS reader for checking `hls-package`'s segments without
 //! ffprobe (the pinned static ffmpeg ships none, and its MPEG-TS demuxer
-//! crashes on some CPUs): packets, PAT → PMT → the elementary streams'
-//! types, and the first H.264 sequence parameter set of the video stream,
-//! read for the coded picture size.
+//! crashes in its static glibc's iconv unless `GCONV_PATH` leads nowhere):
+//! packets, PAT → PMT → the elementary streams'
+//! types, the first H.264 sequence parameter set of the video stream (read
+//! for the coded picture size), each video frame's PTS and IDR flag, and
+//! each AAC frame's PTS from its PES's PTS and the ADTS headers after it.
 
 /// What a segment carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +20,11 @@ pub struct Segment {
     pub video_pts: Vec<u64>,
     /// Whether each video PES, in stream order, holds an IDR slice.
     pub idr: Vec<bool>,
+    /// Every AAC frame's PTS (90 kHz): its PES's PTS plus 1,024 samples
+    /// for each ADTS frame before it in the PES.
+    pub audio_pts: Vec<u64>,
+    /// The ADTS sample rate, if any audio.
+    pub audio_rate: Option<u32>,
 }
 
 impl Segment {
@@ -43,6 +50,8 @@ pub fn read_segment(bytes: &[u8]) -> Segment {
     let mut streams: Vec<(u8, u16)> = Vec::new();
     let mut video_units: Vec<Vec<u8>> = Vec::new();
     let mut pes = Vec::new();
+    let mut audio_units: Vec<Vec<u8>> = Vec::new();
+    let mut audio_pes = Vec::new();
     for (index, packet) in bytes.chunks(PACKET).enumerate() {
         assert_eq!(packet[0], 0x47, "packet {index} has no sync byte");
         let start = packet[1] & 0x40 != 0;
@@ -60,17 +69,45 @@ pub fn read_segment(bytes: &[u8]) -> Segment {
             pmt_pid = Some(first_program_pid(section(payload)));
         } else if Some(pid) == pmt_pid && start && streams.is_empty() {
             streams = pmt_streams(section(payload));
-        } else if let Some(&(_, video)) = streams.iter().find(|(t, _)| *t == 0x1B) {
-            if pid == video && (start || !pes.is_empty()) {
-                if start && !pes.is_empty() {
-                    video_units.push(std::mem::take(&mut pes));
+        } else {
+            let kind = streams.iter().find(|(_, p)| *p == pid).map(|(t, _)| *t);
+            let (units, open) = match kind {
+                Some(0x1B) => (&mut video_units, &mut pes),
+                Some(0x0F) => (&mut audio_units, &mut audio_pes),
+                _ => continue,
+            };
+            if start || !open.is_empty() {
+                if start && !open.is_empty() {
+                    units.push(std::mem::take(open));
                 }
-                pes.extend_from_slice(payload);
+                open.extend_from_slice(payload);
             }
         }
     }
     if !pes.is_empty() {
         video_units.push(pes);
+    }
+    if !audio_pes.is_empty() {
+        audio_units.push(audio_pes);
+    }
+    let mut audio_pts = Vec::new();
+    let mut audio_rate = None;
+    for unit in &audio_units {
+        let pts = pes_pts(unit);
+        let mut es = pes_payload(unit);
+        let mut k = 0;
+        while es.len() >= 7 {
+            assert!(es[0] == 0xFF && es[1] & 0xF0 == 0xF0, "no ADTS sync word");
+            let rate = ADTS_RATES[((es[2] >> 2) & 0x0F) as usize];
+            audio_rate = Some(rate);
+            let length =
+                ((es[3] as usize & 0x03) << 11) | (es[4] as usize) << 3 | (es[5] as usize) >> 5;
+            assert!(length >= 7 && length <= es.len(), "an ADTS frame cut short");
+            audio_pts.push(pts + k * 1024 * 90_000 / rate as u64);
+            k += 1;
+            es = &es[length..];
+        }
+        assert!(es.is_empty(), "bytes after the last ADTS frame");
     }
     let video_pes = video_units.first().cloned().unwrap_or_default();
     let mut video_pts: Vec<u64> = video_units.iter().map(|unit| pes_pts(unit)).collect();
@@ -98,8 +135,16 @@ pub fn read_segment(bytes: &[u8]) -> Segment {
         video_codec,
         video_pts,
         idr,
+        audio_pts,
+        audio_rate,
     }
 }
+
+/// ADTS's sampling frequency index (ISO/IEC 14496-3, 1.6.3.4).
+const ADTS_RATES: [u32; 16] = [
+    96_000, 88_200, 64_000, 48_000, 44_100, 32_000, 24_000, 22_050, 16_000, 12_000, 11_025, 8_000,
+    7_350, 1, 1, 1,
+];
 
 /// A PSI section after its pointer field.
 fn section(payload: &[u8]) -> &[u8] {
@@ -138,7 +183,7 @@ fn pmt_streams(pmt: &[u8]) -> Vec<(u8, u16)> {
 
 /// A PES packet's PTS (it must have one).
 fn pes_pts(pes: &[u8]) -> u64 {
-    assert!(pes[7] & 0x80 != 0, "a video PES without a PTS");
+    assert!(pes[7] & 0x80 != 0, "a PES without a PTS");
     let p = &pes[9..14];
     ((p[0] as u64 >> 1) & 0x07) << 30
         | (p[1] as u64) << 22

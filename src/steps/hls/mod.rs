@@ -43,13 +43,14 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// the offset every run, whole or a chunk, keeps the input's own timeline.
 pub const TIMELINE_OFFSET_SECS: u32 = 10;
 
-/// ffmpeg's arguments: `input` (or its `span`) into `out_dir`, one run for
-/// the whole ladder. Pure.
+/// ffmpeg's arguments: the `span` of `input` into `out_dir`, one run for
+/// the whole ladder; audio (when the input has it, at `audio_rate` samples
+/// a second) muxed into each rendition's segments. Pure.
 pub fn ffmpeg_args(
     params: &HlsParams,
     renditions: &[Rendition],
-    with_audio: bool,
-    span: Option<&Span>,
+    audio_rate: Option<u32>,
+    span: &Span,
     input: &Path,
     out_dir: &Path,
 ) -> Vec<String> {
@@ -72,23 +73,21 @@ pub fn ffmpeg_args(
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let mut graph = String::from("[0:v]");
-    if let Some(span) = span {
-        // Seek to the span (ffmpeg decodes from the keyframe before it and
-        // drops the frames before it), then keep exactly its frames: those
-        // before its end, on the input's own timeline (-copyts below).
-        if let Some(start) = span.start {
-            args.extend(["-ss".into(), format_seconds(start)]);
-        }
-        let trim = span.trim_filter();
-        if !trim.is_empty() {
-            graph.push_str(&trim);
-            graph.push(',');
-        }
+    // Seek to just before the span (ffmpeg decodes from the keyframe
+    // before it and drops what precedes the seek); the filters then keep
+    // exactly the span's frames and samples on the input's own timeline
+    // (-copyts below). See `chunk`.
+    if let Some(seek) = span.seek_ms(audio_rate) {
+        args.extend(["-ss".into(), chunk::format_ms(seek)]);
     }
     args.extend(["-f".into(), "mov".into(), "-i".into()]);
     args.push(input.display().to_string());
 
+    let mut graph = String::from("[0:v]");
+    if let Some(trim) = span.trim_filter() {
+        graph.push_str(&trim);
+        graph.push(',');
+    }
     graph.push_str(&format!("split={n}"));
     for i in 0..n {
         graph.push_str(&format!("[s{i}]"));
@@ -96,6 +95,13 @@ pub fn ffmpeg_args(
     for (i, rendition) in renditions.iter().enumerate() {
         // -2: the width that keeps the aspect ratio, rounded to even.
         graph.push_str(&format!(";[s{i}]scale=-2:{}[v{i}]", rendition.height));
+    }
+    let audio = audio_rate.map(|rate| span.audio_cut(rate));
+    if let Some(cut) = &audio {
+        graph.push_str(&format!(";[0:a:0]{},asplit={n}", cut.filter()));
+        for i in 0..n {
+            graph.push_str(&format!("[a{i}]"));
+        }
     }
     args.extend(["-filter_complex".into(), graph]);
 
@@ -107,6 +113,14 @@ pub fn ffmpeg_args(
             "libx264".into(),
             format!("-crf:v:{i}"),
             params.crf.to_string(),
+            // Keyframes exactly at segment boundaries (the span's list of
+            // absolute times), none elsewhere (see -sc_threshold and -g):
+            // renditions switch cleanly at every segment, and the muxer
+            // (cutting at every keyframe, see -hls_time) cuts where the
+            // recipe says whatever the run's start. Per stream: ffmpeg
+            // 7.0 applies an unqualified list to the first stream only.
+            format!("-force_key_frames:v:{i}"),
+            span.keyframe_list(),
         ]);
         if let Some(max) = rendition.max_kbps {
             args.extend([
@@ -117,11 +131,11 @@ pub fn ffmpeg_args(
             ]);
         }
     }
-    if with_audio {
+    if let Some(cut) = &audio {
         for i in 0..n {
             args.extend([
                 "-map".into(),
-                "0:a:0".into(),
+                format!("[a{i}]"),
                 format!("-c:a:{i}"),
                 "aac".into(),
                 format!("-b:a:{i}"),
@@ -129,9 +143,11 @@ pub fn ffmpeg_args(
                 format!("-ac:a:{i}"),
                 "2".into(),
             ]);
+            if let Some(drop) = cut.drop_filter() {
+                args.extend([format!("-bsf:a:{i}"), drop]);
+            }
         }
     }
-    let segment = format_seconds(params.segment);
     args.extend(
         [
             "-preset",
@@ -140,23 +156,20 @@ pub fn ffmpeg_args(
             "yuv420p",
             "-profile:v",
             "high",
-            // Keyframes exactly at segment boundaries, none elsewhere from
-            // scene cuts: renditions switch cleanly at every segment. A
-            // frame is forced when it is the first in a later segment slot
-            // (floor(t / segment)) than the last forced one. ffmpeg counts
-            // `t` from the run's first frame, so a chunk run can drift a
-            // frame from a whole run's keyframes on long NTSC inputs
-            // (DESIGN.md, "Chunked HLS": to become a list of absolute times).
-            "-force_key_frames",
-            &format!(
-                "expr:if(isnan(prev_forced_t),1,gte(floor(t/{segment}),floor(prev_forced_t/{segment})+1))"
-            ),
+            // No keyframe but the forced ones: none at scene cuts, and a
+            // GOP longer than any segment.
             "-sc_threshold",
             "0",
+            "-g",
+            "1000000",
             "-threads",
             &params.threads.to_string(),
             "-filter_threads",
             "1",
+            // Every frame with the input's own timestamp, none duplicated
+            // or dropped to make a constant rate.
+            "-fps_mode",
+            "passthrough",
             // Same input and recipe, same bytes: no encoder version strings,
             // no metadata or chapters carried over.
             "-fflags",
@@ -177,8 +190,14 @@ pub fn ffmpeg_args(
             &TIMELINE_OFFSET_SECS.to_string(),
             "-f",
             "hls",
+            // Below a frame: the muxer counts its cuts from the run's first
+            // packet, so a segment length would cut a chunk elsewhere than a
+            // whole run; this cuts at every keyframe, and only forced ones
+            // exist.
             "-hls_time",
-            &segment,
+            "0.1",
+            "-start_number",
+            &span.first_segment.to_string(),
             "-hls_playlist_type",
             "vod",
             "-hls_flags",
@@ -196,7 +215,7 @@ pub fn ffmpeg_args(
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            if with_audio {
+            if audio.is_some() {
                 format!("v:{i},a:{i},name:{}", r.name())
             } else {
                 format!("v:{i},name:{}", r.name())
@@ -333,11 +352,22 @@ impl Step for HlsPackage {
             _ => height,
         };
         let renditions = plan_renditions(params, displayed);
+        let Some(duration) = movie.duration else {
+            return Err(StepError::Unprocessable(
+                "the movie does not say its duration".into(),
+            ));
+        };
+        let span = Span::whole((duration * 1000.0).ceil() as u64, params.segment_ms());
+        // A whole span's audio starts at 0 whatever the rate: the rate
+        // matters only to a cut.
+        let audio_rate = movie
+            .audio()
+            .map(|audio| audio.sample_rate.unwrap_or(48_000));
         let args = ffmpeg_args(
             params,
             &renditions,
-            movie.audio().is_some(),
-            None,
+            audio_rate,
+            &span,
             &scratch.input,
             &out_dir,
         );
@@ -367,7 +397,7 @@ impl Step for HlsPackage {
 /// the segments as measured ([`playlist`]), in place of the muxer's: real
 /// durations, and the master's peak and average bit rates, codecs,
 /// resolution and frame rate.
-fn write_playlists(out_dir: &Path, renditions: Vec<String>) -> Result<(), StepError> {
+pub fn write_playlists(out_dir: &Path, renditions: Vec<String>) -> Result<(), StepError> {
     let failed = |what: String| StepError::Failed(format!("hls-package: {what}"));
     let mut variants = Vec::with_capacity(renditions.len());
     for name in renditions {
@@ -491,33 +521,56 @@ mod tests {
     fn one_ffmpeg_run_for_the_ladder() {
         let p = params(json!({"ladder": [720, 360], "segment": 2})).unwrap();
         let r = plan_renditions(&p, 1080);
-        let args = ffmpeg_args(&p, &r, true, None, Path::new("/s/in"), Path::new("/s/out"));
+        let whole = Span::whole(7_000, 2_000);
+        let args = ffmpeg_args(
+            &p,
+            &r,
+            Some(48_000),
+            &whole,
+            Path::new("/s/in"),
+            Path::new("/s/out"),
+        );
         let joined = args.join(" ");
-        assert!(joined.contains("[0:v]split=2[s0][s1];[s0]scale=-2:720[v0];[s1]scale=-2:360[v1]"));
         assert!(joined.contains(
-            "-force_key_frames expr:if(isnan(prev_forced_t),1,gte(floor(t/2),floor(prev_forced_t/2)+1))"
+            "[0:v]split=2[s0][s1];[s0]scale=-2:720[v0];[s1]scale=-2:360[v1];\
+             [0:a:0]aresample=first_pts=0,asplit=2[a0][a1] "
         ));
+        assert!(joined.contains("-crf:v:1 23 -force_key_frames:v:1 0,2,4,6,8 "));
+        assert!(joined.contains("-sc_threshold 0 -g 1000000 "));
         assert!(joined.contains("-copyts -output_ts_offset 10 -f hls"));
-        assert!(joined.contains("-hls_time 2 "));
+        assert!(joined.contains("-hls_time 0.1 -start_number 0 "));
         assert!(joined.contains("-var_stream_map v:0,a:0,name:720p v:1,a:1,name:360p"));
         assert!(joined.ends_with("/s/out/%v/index.m3u8"));
+        assert!(!joined.contains("-bsf"));
         // The input is read as MP4/MOV from a local file, nothing else.
         assert!(joined.contains("-protocol_whitelist file -f mov -i /s/in "));
-        // A chunk seeks to its start and keeps its frames, nothing more.
-        let span = chunk::plan(10.0, 2.0, 4.0)[1];
+        // A chunk seeks to before its start and keeps its frames and
+        // samples, nothing more, numbering its segments from its place.
+        let span = &chunk::plan(10_000, 2_000, 4_000)[1];
         let chunk = ffmpeg_args(
             &p,
             &r,
-            true,
-            Some(&span),
+            Some(48_000),
+            span,
             Path::new("/s/in"),
             Path::new("/s/out"),
         );
         let chunk = chunk.join(" ");
-        assert!(chunk.contains("-protocol_whitelist file -ss 4 -f mov -i /s/in "));
+        assert!(chunk.contains("-protocol_whitelist file -ss 3.945 -f mov -i /s/in "));
         assert!(chunk.contains("-filter_complex [0:v]trim=start=4:end=8,split=2[s0][s1];"));
-        let silent = ffmpeg_args(&p, &r, false, None, Path::new("/s/in"), Path::new("/s/out"));
-        assert!(!silent.iter().any(|a| a == "0:a:0"));
+        assert!(chunk.contains("[0:a:0]aresample=first_pts=189440,atrim=end_pts=386048,asplit=2"));
+        assert!(chunk.contains("-bsf:a:1 noise=drop=lt(pts\\,191488)+gte(pts\\,384000)"));
+        assert!(chunk.contains("-force_key_frames:v:0 4,6 "));
+        assert!(chunk.contains("-start_number 2 "));
+        let silent = ffmpeg_args(
+            &p,
+            &r,
+            None,
+            &whole,
+            Path::new("/s/in"),
+            Path::new("/s/out"),
+        );
+        assert!(!silent.join(" ").contains("[0:a:0]"));
         assert!(silent.join(" ").contains("v:0,name:720p v:1,name:360p"));
     }
 

@@ -69,6 +69,12 @@ pub struct HlsParams {
     /// No job starts with less than this left before the invocation deadline.
     #[serde(default = "default_min_seconds")]
     pub min_seconds: u64,
+    /// Seconds of input one ffmpeg run encodes, rounded down to whole
+    /// segments: a longer input is encoded in chunks of this length. Part
+    /// of the recipe (the chunks' cuts change the bytes), so a constant by
+    /// default, not derived from the function's size.
+    #[serde(default = "default_chunk")]
+    pub chunk_seconds: u64,
 }
 
 fn default_segment() -> f64 {
@@ -92,6 +98,11 @@ fn default_threads() -> u32 {
 fn default_min_seconds() -> u64 {
     60
 }
+/// Ten 6 s segments: a minute of the default 1080p ladder is about 72
+/// CPU-seconds of x264 on noisy content (`chunk::CPU_SECONDS_PER_SECOND_1080_LADDER`).
+fn default_chunk() -> u64 {
+    60
+}
 
 impl HlsParams {
     pub fn from_params(params: &Map<String, Value>) -> Result<Self, String> {
@@ -99,6 +110,16 @@ impl HlsParams {
             .map_err(|e| format!("hls-package params: {e}"))?;
         params.check()?;
         Ok(params)
+    }
+
+    /// The segment length in whole milliseconds, as every cut is made.
+    pub fn segment_ms(&self) -> u64 {
+        (self.segment * 1000.0).round() as u64
+    }
+
+    /// The chunk length in milliseconds.
+    pub fn chunk_ms(&self) -> u64 {
+        self.chunk_seconds * 1000
     }
 
     fn check(&self) -> Result<(), String> {
@@ -134,6 +155,13 @@ impl HlsParams {
             return Err(format!(
                 "hls-package params: audio_kbps is 32 to 512, got {}",
                 self.audio_kbps
+            ));
+        }
+        if !(1..=super::chunk::MAX_CHUNK_SECONDS).contains(&self.chunk_seconds) {
+            return Err(format!(
+                "hls-package params: chunk_seconds is 1 to {}, got {}",
+                super::chunk::MAX_CHUNK_SECONDS,
+                self.chunk_seconds
             ));
         }
         if !(1..=16).contains(&self.threads) {
