@@ -766,3 +766,50 @@ async fn ffmpegs_progress_is_logged_to_the_end() {
         .unwrap_or_else(|| panic!("{last}"));
     assert!((encoded - 3.0).abs() < 0.1, "{last}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_input_is_encoded_span_by_span_into_one_package() {
+    // 1 s chunks of 1 s segments: the 3 s clip in three ffmpeg runs, as
+    // three chunk jobs would encode it, against one run of the whole.
+    let bytes = small_clip();
+    let params = |chunk: u64| {
+        serde_json::json!({"ladder": [144], "preset": "ultrafast", "segment": 1,
+            "chunk_seconds": chunk})
+    };
+    let chunked = run_direct(&step_in("spans"), &bytes, params(1), None)
+        .await
+        .unwrap();
+    let whole = run_direct(&step_in("spans-whole"), &bytes, params(60), None)
+        .await
+        .unwrap();
+    let names = |files: &BTreeMap<String, Vec<u8>>| files.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        names(&chunked),
+        [
+            "job/144p/index.m3u8",
+            "job/144p/seg-00000.ts",
+            "job/144p/seg-00001.ts",
+            "job/144p/seg-00002.ts",
+            "job/master.m3u8"
+        ]
+    );
+    assert_eq!(names(&chunked), names(&whole));
+    // The same durations, as measured from the segments.
+    let playlist = |files: &BTreeMap<String, Vec<u8>>| {
+        parse_media(std::str::from_utf8(&files["job/144p/index.m3u8"]).unwrap()).segments
+    };
+    assert_eq!(playlist(&chunked), playlist(&whole));
+    // Continuous: frames 1/24 s apart (3,750 ticks), audio frames 1,024
+    // samples apart, across both cuts; every segment opens on an IDR.
+    let (mut video, mut audio) = (Vec::new(), Vec::new());
+    for i in 0..3 {
+        let segment = read_segment(&chunked[&format!("job/144p/seg-{i:05}.ts")]);
+        assert!(segment.idr[0], "segment {i} opens on an IDR");
+        video.extend(segment.video_pts);
+        audio.extend(segment.audio_pts);
+    }
+    assert_eq!(video.len(), 72);
+    assert!(video.windows(2).all(|p| p[1] - p[0] == 3750), "{video:?}");
+    let step = 1024 * 90_000 / 48_000;
+    assert!(audio.windows(2).all(|p| p[1] - p[0] == step), "{audio:?}");
+}

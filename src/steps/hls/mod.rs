@@ -332,10 +332,50 @@ impl Step for HlsPackage {
         let scratch =
             MovieScratch::prepare(&self.scratch, self.scratch_reserve, context, "hls-package")
                 .await?;
-        let movie = &scratch.movie;
+        let encoding = Encoding::of(&scratch.movie, params)?;
         let out_dir = scratch.dir.join("out");
         std::fs::create_dir_all(&out_dir)
             .map_err(|e| StepError::Failed(format!("creating {}: {e}", out_dir.display())))?;
+        // The plan's spans one after another: the same runs, so the same
+        // bytes, as when the spans run in separate invocations.
+        for span in encoding.spans(params) {
+            encode_span(
+                &self.ffmpeg,
+                params,
+                &encoding,
+                &span,
+                &scratch.input,
+                &out_dir,
+                time_left(context),
+                context.job_key,
+            )
+            .await?;
+        }
+        let names = encoding.renditions.iter().map(Rendition::name).collect();
+        let dir = out_dir.clone();
+        tokio::task::spawn_blocking(move || write_playlists(&dir, names))
+            .await
+            .map_err(|e| StepError::Failed(format!("measuring the segments: {e}")))??;
+        upload_dir(&out_dir, outputs).await
+    }
+}
+
+/// What every ffmpeg run of one input and recipe shares, read from the
+/// input's `moov`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Encoding {
+    pub renditions: Vec<Rendition>,
+    /// The audio track's sample rate, if there is audio.
+    pub audio_rate: Option<u32>,
+    /// Frames per second (0 when unknown): progress in seconds.
+    pub frame_rate: f64,
+    /// The movie's stated duration, rounded up to a millisecond.
+    pub duration_ms: u64,
+}
+
+impl Encoding {
+    /// The encoding of `movie` under `params`, or why it cannot be.
+    pub fn of(movie: &crate::bmff::MovieInfo, params: &HlsParams) -> Result<Self, StepError> {
         let Some(video) = movie.video() else {
             return Err(StepError::Unprocessable(
                 "hls-package needs a video track; the input has none".into(),
@@ -346,51 +386,65 @@ impl Step for HlsPackage {
                 "the video track does not say its size".into(),
             ));
         };
+        let Some(duration) = movie.duration.filter(|d| d.is_finite() && *d >= 0.0) else {
+            return Err(StepError::Unprocessable(
+                "the movie does not say its duration".into(),
+            ));
+        };
         // ffmpeg turns rotated video upright: the displayed height counts.
         let displayed = match video.rotation {
             Some(90 | 270) => width,
             _ => height,
         };
-        let renditions = plan_renditions(params, displayed);
-        let Some(duration) = movie.duration else {
-            return Err(StepError::Unprocessable(
-                "the movie does not say its duration".into(),
-            ));
-        };
-        let span = Span::whole((duration * 1000.0).ceil() as u64, params.segment_ms());
-        // A whole span's audio starts at 0 whatever the rate: the rate
-        // matters only to a cut.
-        let audio_rate = movie
-            .audio()
-            .map(|audio| audio.sample_rate.unwrap_or(48_000));
-        let args = ffmpeg_args(
-            params,
-            &renditions,
-            audio_rate,
-            &span,
-            &scratch.input,
-            &out_dir,
-        );
-        let clock = FrameClock {
+        Ok(Encoding {
+            renditions: plan_renditions(params, displayed),
+            // Unknown, 48 kHz: the rate places audio cuts, and a whole
+            // span has none.
+            audio_rate: movie
+                .audio()
+                .map(|audio| audio.sample_rate.unwrap_or(48_000)),
             frame_rate: video.frame_rate.unwrap_or(0.0),
-            total_secs: movie.duration,
-        };
-        run_logging_progress(
-            &self.ffmpeg,
-            &args,
-            &scratch.dir,
-            clock,
-            time_left(context),
-            context.job_key,
-        )
-        .await?;
-        let names = renditions.iter().map(Rendition::name).collect();
-        let dir = out_dir.clone();
-        tokio::task::spawn_blocking(move || write_playlists(&dir, names))
-            .await
-            .map_err(|e| StepError::Failed(format!("measuring the segments: {e}")))??;
-        upload_dir(&out_dir, outputs).await
+            duration_ms: (duration * 1000.0).ceil() as u64,
+        })
     }
+
+    /// The spans the input is encoded in ([`chunk::plan`]).
+    pub fn spans(&self, params: &HlsParams) -> Vec<Span> {
+        chunk::plan(self.duration_ms, params.segment_ms(), params.chunk_ms())
+    }
+}
+
+/// Encodes `span` of `input` into the package at `out_dir` (one ffmpeg
+/// run, its working directory `out_dir`'s parent), ffmpeg stopped before
+/// `time_left` runs out, its progress logged for `job_key`.
+#[allow(clippy::too_many_arguments)]
+pub async fn encode_span(
+    ffmpeg: &Path,
+    params: &HlsParams,
+    encoding: &Encoding,
+    span: &Span,
+    input: &Path,
+    out_dir: &Path,
+    time_left: Option<Duration>,
+    job_key: &str,
+) -> Result<(), StepError> {
+    let args = ffmpeg_args(
+        params,
+        &encoding.renditions,
+        encoding.audio_rate,
+        span,
+        input,
+        out_dir,
+    );
+    let clock = FrameClock {
+        frame_rate: encoding.frame_rate,
+        total_secs: Some(
+            (span.end_ms.unwrap_or(encoding.duration_ms)).saturating_sub(span.start_ms) as f64
+                / 1000.0,
+        ),
+    };
+    let workdir = out_dir.parent().unwrap_or(out_dir);
+    run_logging_progress(ffmpeg, &args, workdir, clock, time_left, job_key).await
 }
 
 /// Rewrites each rendition's media playlist and the master playlist from
