@@ -369,8 +369,10 @@ pub struct Encoding {
     pub audio_rate: Option<u32>,
     /// Frames per second (0 when unknown): progress in seconds.
     pub frame_rate: f64,
-    /// The movie's stated duration, rounded up to a millisecond.
-    pub duration_ms: u64,
+    /// Where the plan's spans lie: past the last frame's start (the video
+    /// track's duration less a frame), so that every span holds a frame
+    /// (a longer audio track's tail goes into the last one, as in one run).
+    pub plan_ms: u64,
 }
 
 impl Encoding {
@@ -386,10 +388,20 @@ impl Encoding {
                 "the video track does not say its size".into(),
             ));
         };
-        let Some(duration) = movie.duration.filter(|d| d.is_finite() && *d >= 0.0) else {
+        let Some(duration) = video
+            .duration
+            .or(movie.duration)
+            .filter(|d| d.is_finite() && *d >= 0.0)
+        else {
             return Err(StepError::Unprocessable(
-                "the movie does not say its duration".into(),
+                "the video track does not say its duration".into(),
             ));
+        };
+        let frame_rate = video.frame_rate.unwrap_or(0.0);
+        let frame_ms = if frame_rate > 0.0 {
+            1000.0 / frame_rate
+        } else {
+            0.0
         };
         // ffmpeg turns rotated video upright: the displayed height counts.
         let displayed = match video.rotation {
@@ -403,14 +415,14 @@ impl Encoding {
             audio_rate: movie
                 .audio()
                 .map(|audio| audio.sample_rate.unwrap_or(48_000)),
-            frame_rate: video.frame_rate.unwrap_or(0.0),
-            duration_ms: (duration * 1000.0).ceil() as u64,
+            frame_rate,
+            plan_ms: ((duration * 1000.0 - frame_ms).floor().max(0.0) as u64) + 1,
         })
     }
 
     /// The spans the input is encoded in ([`chunk::plan`]).
     pub fn spans(&self, params: &HlsParams) -> Vec<Span> {
-        chunk::plan(self.duration_ms, params.segment_ms(), params.chunk_ms())
+        chunk::plan(self.plan_ms, params.segment_ms(), params.chunk_ms())
     }
 }
 
@@ -439,8 +451,7 @@ pub async fn encode_span(
     let clock = FrameClock {
         frame_rate: encoding.frame_rate,
         total_secs: Some(
-            (span.end_ms.unwrap_or(encoding.duration_ms)).saturating_sub(span.start_ms) as f64
-                / 1000.0,
+            (span.end_ms.unwrap_or(encoding.plan_ms)).saturating_sub(span.start_ms) as f64 / 1000.0,
         ),
     };
     let workdir = out_dir.parent().unwrap_or(out_dir);
