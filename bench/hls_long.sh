@@ -59,9 +59,10 @@ measure() {
 measure whole whole
 measure split1 split 1
 measure split2 split 2
+reads=$("$ours" "$clip" "$work/reads" "$params" reads)
 
 python3 - "$seconds" "$memory" "$whole_wall" "$whole_cpu" "$split1_wall" "$split1_cpu" \
-  "$split2_wall" "$split2_cpu" "$split1_out" <<'PY'
+  "$split2_wall" "$split2_cpu" "$split1_out" "$reads" <<'PY'
 import json, sys
 seconds, memory = float(sys.argv[1]), float(sys.argv[2])
 def number(text):  # "user+sys" for CPU
@@ -76,7 +77,11 @@ for name, wall, cpu in [("whole (one run)", whole_wall, whole_cpu),
     print(f"{name:<22}{wall:>9.1f}{cpu:>9.1f}{cpu / seconds:>13.2f}{seconds / wall:>13.2f}")
 print(f"split CPU / whole CPU: {s1_cpu / whole_cpu:.3f} (1 worker), {s2_cpu / whole_cpu:.3f} (2 workers); target <= 1.10")
 print(f"{chunks} chunks; each run's wall s: {', '.join(f'{w:.1f}' for w in chunk_walls)}")
-print("bytes read per chunk: the whole input (ranged reads of a chunk's samples are not built yet)")
+reads = json.loads(sys.argv[10])
+size = reads["input_bytes"]
+print("bytes a chunk's partial copy holds (moov, its samples, a GOP and 1 s either side): "
+      + ", ".join(f"{b / 1e6:.0f} MB ({b / size:.0%})" for b in reads["chunk_bytes"])
+      + f" of {size / 1e6:.0f} MB; the spooled whole today")
 vcpu = min(memory / 1769.0, 2.0)  # Lambda's share, and the encoder's two threads
 cpu_per_s = s1_cpu / seconds
 rtf = vcpu / cpu_per_s

@@ -1,6 +1,6 @@
 //! mediaonce's HLS encode on a local file, for `bench/hls_long.sh`:
 //!
-//!     hls_package INPUT OUT_DIR PARAMS_JSON (whole | split WORKERS)
+//!     hls_package INPUT OUT_DIR PARAMS_JSON (whole | split WORKERS | reads)
 //!
 //! Reads the input's `moov` and encodes it exactly as the `hls-package`
 //! step does, without S3 or DynamoDB: `whole` as one ffmpeg run over the
@@ -9,7 +9,9 @@
 //! its own (as each chunk job has its own `/tmp`), their segments then
 //! gathered into one package and the playlists written from them. Prints
 //! one JSON line: the input's seconds, the chunks, and each run's wall
-//! time. ffmpeg is found as the step finds it (`MEDIAONCE_FFMPEG`, PATH).
+//! time. `reads` encodes nothing and prints the bytes each chunk's partial
+//! copy of the input would hold (`steps::hls::sparse`). ffmpeg is found
+//! as the step finds it (`MEDIAONCE_FFMPEG`, PATH).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -17,11 +19,25 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use mediaonce::steps::ffmpeg::ffmpeg_from;
-use mediaonce::steps::hls::{encode_span, write_playlists, Encoding, HlsParams, Rendition, Span};
+use mediaonce::steps::hls::{
+    encode_span, sparse, write_playlists, Encoding, HlsParams, Rendition, Span,
+};
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() == 4 && args[3] == "reads" {
+        return match reads(&args[0], &args[2]).await {
+            Ok(summary) => {
+                println!("{summary}");
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("hls_package: {err}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let workers = match (args.get(3).map(String::as_str), args.get(4)) {
         (Some("whole"), None) => None,
         (Some("split"), Some(n)) => match n.parse::<usize>() {
@@ -43,16 +59,15 @@ async fn main() -> ExitCode {
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: hls_package INPUT OUT_DIR PARAMS_JSON (whole | split WORKERS)");
+    eprintln!("usage: hls_package INPUT OUT_DIR PARAMS_JSON (whole | split WORKERS | reads)");
     ExitCode::from(2)
 }
 
-async fn run(
+/// The input's movie and encoding under `params`.
+async fn open(
     input: &str,
-    out: &Path,
     params: &str,
-    workers: Option<usize>,
-) -> Result<serde_json::Value, String> {
+) -> Result<(std::fs::File, u64, HlsParams, Encoding), String> {
     let value: serde_json::Value =
         serde_json::from_str(params).map_err(|e| format!("params: {e}"))?;
     let params = HlsParams::from_params(value.as_object().ok_or("params: not an object")?)?;
@@ -62,6 +77,29 @@ async fn run(
         .await
         .map_err(|e| format!("{input}: {e}"))?;
     let encoding = Encoding::of(&movie, &params).map_err(|e| e.to_string())?;
+    Ok((file, size, params, encoding))
+}
+
+/// The bytes of each chunk's partial copy.
+async fn reads(input: &str, params: &str) -> Result<serde_json::Value, String> {
+    let (file, size, params, encoding) = open(input, params).await?;
+    let mut bytes = Vec::new();
+    for span in encoding.spans(&params) {
+        let copy = sparse::plan_copy(&file, size, &span)
+            .await
+            .map_err(|e| e.to_string())?;
+        bytes.push(copy.bytes);
+    }
+    Ok(serde_json::json!({"input_bytes": size, "chunk_bytes": bytes}))
+}
+
+async fn run(
+    input: &str,
+    out: &Path,
+    params: &str,
+    workers: Option<usize>,
+) -> Result<serde_json::Value, String> {
+    let (_, _, params, encoding) = open(input, params).await?;
     let spans = match workers {
         None => vec![Span::whole(encoding.plan_ms, params.segment_ms())],
         Some(_) => encoding.spans(&params),

@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use common::media::{clip, ffmpeg};
 use common::ts::{read_segment, Segment};
 use mediaonce::steps::hls::{
-    chunk, ffmpeg_args, plan_renditions, write_playlists, HlsParams, Span,
+    chunk, ffmpeg_args, plan_renditions, sparse, write_playlists, HlsParams, Span,
 };
 
 /// 40 s at NTSC's 29.97 frames a second (no segment boundary falls on a
@@ -220,4 +220,60 @@ fn chunks_join_into_the_whole_runs_segments_frames_and_audio() {
     let played = play(&joined_dir.join("master.m3u8"), &scratch);
     assert_eq!(played.0, 1199);
     assert_eq!(played, play(&whole_dir.join("master.m3u8"), &scratch));
+}
+
+#[tokio::test]
+async fn a_span_encodes_the_same_from_a_sparse_copy_of_its_samples() {
+    let input = ntsc_clip();
+    let scratch = fresh(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hls-sparse"));
+    // 16 to 24 s: it starts inside a GOP (keyframes every 3.003 s).
+    let spans = chunk::plan(DURATION_MS, SEGMENT_MS, 8_000);
+    let file = std::fs::File::open(&input).unwrap();
+    let size = file.metadata().unwrap().len();
+    for span in [&spans[2], &spans[4]] {
+        let copy = sparse::plan_copy(&file, size, span).await.unwrap();
+        // The moov and a fifth of the samples, with their margins.
+        assert!(
+            copy.bytes < size * 2 / 5,
+            "span {}: {} of {size} bytes",
+            span.index,
+            copy.bytes
+        );
+        let sparse_input = scratch.join(format!("sparse-{}.mp4", span.index));
+        sparse::write_copy(&file, size, &copy, &sparse_input)
+            .await
+            .unwrap();
+        // Holes: the copy takes the bytes it holds, not the source's size.
+        let allocated = {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(&sparse_input).unwrap().blocks() * 512
+        };
+        assert!(
+            allocated < copy.bytes + 1024 * 1024,
+            "{allocated} bytes allocated"
+        );
+
+        let full_dir = fresh(&scratch.join(format!("full-{}", span.index)));
+        let sparse_dir = fresh(&scratch.join(format!("from-sparse-{}", span.index)));
+        encode(&input, span, &full_dir);
+        encode(&sparse_input, span, &sparse_dir);
+        for rendition in ["180p", "144p"] {
+            let full = segments(&full_dir, rendition);
+            assert!(
+                full.len() >= 4,
+                "span {}: {} segments",
+                span.index,
+                full.len()
+            );
+            for (name, _) in &full {
+                let path = |dir: &Path| dir.join(rendition).join(name);
+                assert!(
+                    std::fs::read(path(&full_dir)).unwrap()
+                        == std::fs::read(path(&sparse_dir)).unwrap(),
+                    "span {} {rendition}/{name} differs from the sparse copy",
+                    span.index
+                );
+            }
+        }
+    }
 }

@@ -20,6 +20,10 @@ pub struct MovieBoxes {
     pub fragment_index: Option<FragmentIndex>,
     pub reads: u32,
     pub bytes_read: u64,
+    /// Every range of the source the walk read (and the first bytes it was
+    /// given): what a demuxer walking the same boxes reads, and so what a
+    /// partial copy of the file must hold besides its samples.
+    pub ranges: Vec<Range<u64>>,
 }
 
 /// A ranged read that must return exactly the bytes asked for, counted.
@@ -45,6 +49,7 @@ pub(super) async fn read<S: RangeSource + ?Sized>(
     }
     found.reads += 1;
     found.bytes_read += bytes.len() as u64;
+    found.ranges.push(range);
     Ok(bytes)
 }
 
@@ -109,6 +114,9 @@ pub async fn locate_movie<S: RangeSource + ?Sized>(
     // The bytes at hand: `window` holds the source's bytes from `window_at`.
     let mut window_at = 0u64;
     let mut window = start[..start.len().min(size as usize)].to_vec();
+    if !window.is_empty() {
+        found.ranges.push(0..window.len() as u64);
+    }
     let mut offset = 0u64;
     let mut boxes = 0usize;
     let mut mdat = false;

@@ -12,7 +12,8 @@
 //! By concept: [`boxes`] (box headers, the bounds-checked cursor, children),
 //! [`locate`] (the ranged walk over the top-level boxes), [`movie`] (the
 //! pure parse of `ftyp` and `moov`), [`fragments`] (a fragmented file's
-//! index and last fragment, for its duration).
+//! index and last fragment, for its duration), [`samples`] (where each
+//! sample lies, and the bytes a stretch of the movie needs).
 
 use std::ops::Range;
 
@@ -21,6 +22,7 @@ mod fragments;
 pub mod heif;
 mod locate;
 mod movie;
+pub mod samples;
 
 // The reader's API; the handler's steps use only part of it.
 #[allow(unused_imports)]

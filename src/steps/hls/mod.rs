@@ -16,6 +16,7 @@
 pub mod chunk;
 mod params;
 pub mod playlist;
+pub mod sparse;
 pub mod ts;
 
 use std::path::{Path, PathBuf};
