@@ -660,10 +660,11 @@ async fn the_deadline_is_read_on_the_workers_clock() {
 async fn an_input_that_does_not_fit_in_scratch_is_refused_before_spooling() {
     let step = step_in("no_room");
     let scratch = step.scratch.clone();
-    // The real file system's free space, with a reserve it cannot meet.
+    // The real file system's free space, with a reserve it cannot meet
+    // (a GiB over it: tests running beside this one free their scratch).
     let free = mediaonce::steps::hls::free_bytes(&scratch).unwrap();
     let step = HlsPackage {
-        scratch_reserve: free,
+        scratch_reserve: free + (1 << 30),
         ..step
     };
     let bytes = small_clip();

@@ -2,16 +2,20 @@
 //!
 //! The input is spooled to local scratch space (checked against the free
 //! space first: ffmpeg seeks, and a `moov` at the end needs the whole file),
-//! its video height read from its `moov` ([`crate::bmff`]), and one ffmpeg
-//! run encodes every rendition of the ladder at or below that height:
-//! H.264 + AAC in MPEG-TS segments, keyframes forced at segment boundaries so
-//! every rendition cuts at the same instants. The outputs are `master.m3u8`
-//! and, per rendition, `<height>p/index.m3u8` and `<height>p/seg-NNNNN.ts`.
+//! its video track read from its `moov` ([`crate::bmff`]), and the input is
+//! encoded in the spans of its plan ([`chunk`]), one ffmpeg run each, every
+//! run encoding every rendition of the ladder at or below the video's
+//! height: H.264 + AAC in MPEG-TS segments, keyframes forced at segment
+//! boundaries so every rendition cuts at the same instants. The playlists
+//! are then written from the segments as measured ([`playlist`]). The
+//! outputs are `master.m3u8` and, per rendition, `<height>p/index.m3u8` and
+//! `<height>p/seg-NNNNN.ts`.
 //!
 //! Deterministic: bit-exact flags, no metadata, a fixed encoder thread count
-//! (x264's output depends on it) and fixed names, so a retry writes the same
-//! bytes. ffmpeg is killed before the invocation deadline (the job fails and
-//! is retried) and when the step is dropped; its progress is logged.
+//! in slices (x264's output depends on the count, and its frame threads
+//! are not repeatable) and fixed names, so a retry writes the same bytes.
+//! ffmpeg is killed before the invocation deadline (the job fails and is
+//! retried) and when the step is dropped; its progress is logged.
 
 pub mod chunk;
 mod params;
@@ -165,6 +169,13 @@ pub fn ffmpeg_args(
             "1000000",
             "-threads",
             &params.threads.to_string(),
+            // Threads share each frame (slices), not frames: x264's frame
+            // threads with its lookahead write different bytes run to run
+            // (measured: 20 of 40 segments of a 180p clip differ between
+            // two runs; sliced, none), and a job's bytes must be a function
+            // of its input and recipe.
+            "-x264-params",
+            "sliced-threads=1",
             "-filter_threads",
             "1",
             // Every frame with the input's own timestamp, none duplicated
@@ -374,6 +385,8 @@ pub struct Encoding {
     /// track's duration less a frame), so that every span holds a frame
     /// (a longer audio track's tail goes into the last one, as in one run).
     pub plan_ms: u64,
+    /// The video track's duration (ms): how much a run has to encode.
+    pub duration_ms: u64,
 }
 
 impl Encoding {
@@ -418,6 +431,7 @@ impl Encoding {
                 .map(|audio| audio.sample_rate.unwrap_or(48_000)),
             frame_rate,
             plan_ms: ((duration * 1000.0 - frame_ms).floor().max(0.0) as u64) + 1,
+            duration_ms: (duration * 1000.0).round() as u64,
         })
     }
 
@@ -452,7 +466,8 @@ pub async fn encode_span(
     let clock = FrameClock {
         frame_rate: encoding.frame_rate,
         total_secs: Some(
-            (span.end_ms.unwrap_or(encoding.plan_ms)).saturating_sub(span.start_ms) as f64 / 1000.0,
+            (span.end_ms.unwrap_or(encoding.duration_ms)).saturating_sub(span.start_ms) as f64
+                / 1000.0,
         ),
     };
     let workdir = out_dir.parent().unwrap_or(out_dir);
@@ -465,7 +480,22 @@ pub async fn encode_span(
 /// resolution and frame rate.
 pub fn write_playlists(out_dir: &Path, renditions: Vec<String>) -> Result<(), StepError> {
     let failed = |what: String| StepError::Failed(format!("hls-package: {what}"));
-    let mut variants = Vec::with_capacity(renditions.len());
+    let summaries = measure_segments(out_dir, renditions)?;
+    for (path, text) in playlist::package_playlists(&summaries).map_err(failed)? {
+        std::fs::write(out_dir.join(&path), text)
+            .map_err(|e| failed(format!("writing {path}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Each rendition's segments under `out_dir` (`<rendition>/*.ts`, in name
+/// order), measured ([`ts::read_segment`]) and summarised.
+pub fn measure_segments(
+    out_dir: &Path,
+    renditions: Vec<String>,
+) -> Result<Vec<(String, Vec<playlist::SegmentSummary>)>, StepError> {
+    let failed = |what: String| StepError::Failed(format!("hls-package: {what}"));
+    let mut measured = Vec::with_capacity(renditions.len());
     for name in renditions {
         let dir = out_dir.join(&name);
         let mut files: Vec<String> = std::fs::read_dir(&dir)
@@ -474,26 +504,20 @@ pub fn write_playlists(out_dir: &Path, renditions: Vec<String>) -> Result<(), St
             .filter(|file| file.ends_with(".ts"))
             .collect();
         files.sort();
-        let mut segments = Vec::with_capacity(files.len());
+        let mut summaries = Vec::with_capacity(files.len());
         for file in files {
             let bytes = std::fs::read(dir.join(&file))
                 .map_err(|e| failed(format!("reading {name}/{file}: {e}")))?;
             let segment =
                 ts::read_segment(&bytes).map_err(|e| failed(format!("{name}/{file}: {e}")))?;
-            segments.push((file, segment));
+            summaries.push(
+                playlist::SegmentSummary::of(&file, &segment)
+                    .map_err(|e| failed(format!("{name}/{e}")))?,
+            );
         }
-        let timed =
-            playlist::time_segments(&segments).map_err(|e| failed(format!("{name}: {e}")))?;
-        let uri = format!("{name}/index.m3u8");
-        variants.push(playlist::Variant::measure(&uri, &segments, &timed).map_err(failed)?);
-        std::fs::write(out_dir.join(&uri), playlist::media_playlist(&timed))
-            .map_err(|e| failed(format!("writing {uri}: {e}")))?;
+        measured.push((name, summaries));
     }
-    std::fs::write(
-        out_dir.join("master.m3u8"),
-        playlist::master_playlist(&variants),
-    )
-    .map_err(|e| failed(format!("writing master.m3u8: {e}")))
+    Ok(measured)
 }
 
 /// What progress in frames means in seconds.
@@ -603,6 +627,7 @@ mod tests {
         ));
         assert!(joined.contains("-crf:v:1 23 -force_key_frames:v:1 0,2,4,6,8 "));
         assert!(joined.contains("-sc_threshold 0 -g 1000000 "));
+        assert!(joined.contains("-threads 2 -x264-params sliced-threads=1 "));
         assert!(joined.contains("-copyts -output_ts_offset 10 -f hls"));
         assert!(joined.contains("-hls_time 0.1 -start_number 0 "));
         assert!(joined.contains("-var_stream_map v:0,a:0,name:720p v:1,a:1,name:360p"));

@@ -5,8 +5,91 @@
 //! `AVERAGE-BANDWIDTH`, `CODECS`, `RESOLUTION` and `FRAME-RATE`. The same
 //! writer serves every package, so two with the same segments have the
 //! same playlists whoever encoded them. Pure.
+//!
+//! A segment is measured once into a [`SegmentSummary`]: what the
+//! playlists need of it, small and serializable, so that the playlists of
+//! a package whose segments were encoded by several runs (chunk jobs) are
+//! written from their summaries by the same functions, to the same text.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
 
 use super::ts::{Segment, TICKS_PER_SECOND};
+
+/// One segment as the playlists need it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentSummary {
+    /// Its file name in the rendition's directory.
+    pub name: String,
+    pub bytes: u64,
+    /// Its first and last video frames' PTS (90 kHz), in presentation
+    /// order, and how many frames.
+    pub first_pts: u64,
+    pub last_pts: u64,
+    pub frames: u64,
+    /// How often each interval between consecutive frames occurs.
+    pub intervals: BTreeMap<u64, u64>,
+    pub opens_on_keyframe: bool,
+    /// RFC 6381 codecs (`avc1.64001f,mp4a.40.2`) and the picture size,
+    /// from its sequence parameter set and ADTS headers.
+    pub codecs: String,
+    pub width: u32,
+    pub height: u32,
+}
+
+impl SegmentSummary {
+    /// The summary of a measured segment, or why it cannot be played.
+    pub fn of(name: &str, segment: &Segment) -> Result<Self, String> {
+        let (Some(&first_pts), Some(&last_pts)) =
+            (segment.video_pts.first(), segment.video_pts.last())
+        else {
+            return Err(format!("{name} holds no video frame"));
+        };
+        let video = segment
+            .video
+            .ok_or_else(|| format!("{name}: no sequence parameter set"))?;
+        let mut codecs = video.codec();
+        if let Some(audio) = segment.audio {
+            codecs.push(',');
+            codecs.push_str(&audio.codec());
+        }
+        let mut intervals = BTreeMap::new();
+        for pair in segment.video_pts.windows(2) {
+            *intervals.entry(pair[1] - pair[0]).or_default() += 1;
+        }
+        Ok(SegmentSummary {
+            name: name.to_string(),
+            bytes: segment.bytes,
+            first_pts,
+            last_pts,
+            frames: segment.video_pts.len() as u64,
+            intervals,
+            opens_on_keyframe: segment.starts_with_keyframe,
+            codecs,
+            width: video.width,
+            height: video.height,
+        })
+    }
+}
+
+/// A package's playlists from its renditions' segment summaries (each in
+/// playback order): `(path, text)` of each media playlist
+/// (`<rendition>/index.m3u8`) and of `master.m3u8`.
+pub fn package_playlists(
+    renditions: &[(String, Vec<SegmentSummary>)],
+) -> Result<Vec<(String, String)>, String> {
+    let mut files = Vec::with_capacity(renditions.len() + 1);
+    let mut variants = Vec::with_capacity(renditions.len());
+    for (name, segments) in renditions {
+        let timed = time_segments(segments).map_err(|e| format!("{name}: {e}"))?;
+        let uri = format!("{name}/index.m3u8");
+        variants.push(Variant::measure(&uri, segments, &timed)?);
+        files.push((uri, media_playlist(&timed)));
+    }
+    files.push(("master.m3u8".to_string(), master_playlist(&variants)));
+    Ok(files)
+}
 
 /// One segment of a media playlist: its file name, size and timing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,15 +112,12 @@ impl Timed {
 /// next one's first frame, the last until its last frame ends (its frame
 /// interval taken from the rendition's most common one). Every segment must
 /// open on a keyframe and start after the one before it.
-pub fn time_segments(segments: &[(String, Segment)]) -> Result<Vec<Timed>, String> {
-    let frame = frame_interval(segments.iter().map(|(_, s)| s))
-        .ok_or("a rendition with fewer than two video frames")?;
+pub fn time_segments(segments: &[SegmentSummary]) -> Result<Vec<Timed>, String> {
+    let frame = frame_interval(segments).ok_or("a rendition with fewer than two video frames")?;
     let mut timed: Vec<Timed> = Vec::with_capacity(segments.len());
-    for (name, segment) in segments {
-        let start = segment
-            .first_pts()
-            .ok_or_else(|| format!("{name} holds no video frame"))?;
-        if !segment.starts_with_keyframe {
+    for segment in segments {
+        let (name, start) = (&segment.name, segment.first_pts);
+        if !segment.opens_on_keyframe {
             return Err(format!("{name} does not open on a keyframe"));
         }
         if let Some(previous) = timed.last_mut() {
@@ -49,12 +129,11 @@ pub fn time_segments(segments: &[(String, Segment)]) -> Result<Vec<Timed>, Strin
             }
             previous.duration = start - previous.start;
         }
-        let last = *segment.video_pts.last().expect("has a first");
         timed.push(Timed {
             name: name.clone(),
             bytes: segment.bytes,
             start,
-            duration: last + frame - start,
+            duration: segment.last_pts + frame - start,
         });
     }
     Ok(timed)
@@ -62,11 +141,11 @@ pub fn time_segments(segments: &[(String, Segment)]) -> Result<Vec<Timed>, Strin
 
 /// The most common interval between consecutive frames (the smallest of
 /// equally common ones), over all segments.
-fn frame_interval<'a>(segments: impl Iterator<Item = &'a Segment>) -> Option<u64> {
-    let mut counts = std::collections::BTreeMap::<u64, u64>::new();
+fn frame_interval(segments: &[SegmentSummary]) -> Option<u64> {
+    let mut counts = BTreeMap::<u64, u64>::new();
     for segment in segments {
-        for pair in segment.video_pts.windows(2) {
-            *counts.entry(pair[1] - pair[0]).or_default() += 1;
+        for (interval, count) in &segment.intervals {
+            *counts.entry(*interval).or_default() += count;
         }
     }
     counts
@@ -160,30 +239,24 @@ pub struct Variant {
 }
 
 impl Variant {
-    /// A rendition's variant, from its measured and timed segments.
+    /// A rendition's variant, from its segments and their timing.
     pub fn measure(
         uri: &str,
-        segments: &[(String, Segment)],
+        segments: &[SegmentSummary],
         timed: &[Timed],
     ) -> Result<Variant, String> {
-        let first = &segments.first().ok_or("a rendition without segments")?.1;
-        let video = first
-            .video
-            .ok_or_else(|| format!("{uri}: no sequence parameter set in the first segment"))?;
-        let mut codecs = video.codec();
-        if let Some(audio) = first.audio {
-            codecs.push(',');
-            codecs.push_str(&audio.codec());
-        }
-        let frames: u64 = segments.iter().map(|(_, s)| s.video_pts.len() as u64).sum();
+        let first = segments
+            .first()
+            .ok_or_else(|| format!("{uri}: a rendition without segments"))?;
+        let frames: u64 = segments.iter().map(|s| s.frames).sum();
         let duration: u64 = timed.iter().map(|t| t.duration).sum();
         Ok(Variant {
             uri: uri.to_string(),
             bandwidth: peak_bit_rate(timed),
             average_bandwidth: average_bit_rate(timed),
-            codecs,
-            width: video.width,
-            height: video.height,
+            codecs: first.codecs.clone(),
+            width: first.width,
+            height: first.height,
             frame_rate: frames as f64 * TICKS_PER_SECOND as f64 / duration.max(1) as f64,
         })
     }
@@ -225,11 +298,11 @@ mod tests {
         }
     }
 
-    fn named(segments: Vec<Segment>) -> Vec<(String, Segment)> {
+    fn named(segments: Vec<Segment>) -> Vec<SegmentSummary> {
         segments
             .into_iter()
             .enumerate()
-            .map(|(i, s)| (format!("seg-{i:05}.ts"), s))
+            .map(|(i, s)| SegmentSummary::of(&format!("seg-{i:05}.ts"), &s).unwrap())
             .collect()
     }
 
@@ -258,7 +331,7 @@ mod tests {
     #[test]
     fn segments_out_of_order_or_without_a_keyframe_are_refused() {
         let mut segments = named(vec![segment(0.0, 50, 1), segment(2.0, 50, 1)]);
-        segments[1].1.starts_with_keyframe = false;
+        segments[1].opens_on_keyframe = false;
         assert_eq!(
             time_segments(&segments).unwrap_err(),
             "seg-00001.ts does not open on a keyframe"
@@ -269,6 +342,10 @@ mod tests {
             .starts_with("seg-00001.ts starts at PTS 0, not after 180000"));
         let one_frame = named(vec![segment(0.0, 1, 1)]);
         assert!(time_segments(&one_frame).is_err());
+        let no_frame = Segment::default();
+        assert!(SegmentSummary::of("empty.ts", &no_frame)
+            .unwrap_err()
+            .contains("holds no video frame"));
     }
 
     #[test]
@@ -298,12 +375,13 @@ mod tests {
 
     #[test]
     fn a_variant_measured_over_every_segment() {
-        let mut segments = named(vec![segment(0.0, 50, 250_000), segment(2.0, 25, 50_000)]);
-        segments[0].1.audio = Some(crate::steps::hls::ts::AudioFormat {
+        let mut first = segment(0.0, 50, 250_000);
+        first.audio = Some(crate::steps::hls::ts::AudioFormat {
             object_type: 2,
             sample_rate: 48_000,
             channels: 2,
         });
+        let segments = named(vec![first, segment(2.0, 25, 50_000)]);
         let timed = time_segments(&segments).unwrap();
         let variant = Variant::measure("360p/index.m3u8", &segments, &timed).unwrap();
         assert_eq!(variant.codecs, "avc1.64001e,mp4a.40.2");
@@ -318,5 +396,39 @@ mod tests {
              CODECS=\"avc1.64001e,mp4a.40.2\",RESOLUTION=640x360,FRAME-RATE=25.000\n\
              360p/index.m3u8\n"
         );
+    }
+}
+
+#[cfg(test)]
+mod summary_tests {
+    use super::*;
+
+    #[test]
+    fn summaries_round_trip_and_join_into_the_same_playlists() {
+        let summary = |i: u64, start: u64| SegmentSummary {
+            name: format!("seg-{i:05}.ts"),
+            bytes: 1000 + i,
+            first_pts: start,
+            last_pts: start + 49 * 3600,
+            frames: 50,
+            intervals: BTreeMap::from([(3600, 49)]),
+            opens_on_keyframe: true,
+            codecs: "avc1.64001e".into(),
+            width: 640,
+            height: 360,
+        };
+        let all: Vec<SegmentSummary> = (0..4).map(|i| summary(i, i * 180_000)).collect();
+        let text = serde_json::to_string(&all).unwrap();
+        let back: Vec<SegmentSummary> = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, all);
+        // Summaries recorded in two halves (two chunks) and joined write
+        // the playlists of the whole.
+        let (left, right) = all.split_at(2);
+        let joined: Vec<SegmentSummary> = left.iter().chain(right).cloned().collect();
+        let files = package_playlists(&[("360p".into(), joined)]).unwrap();
+        assert_eq!(files, package_playlists(&[("360p".into(), all)]).unwrap());
+        assert_eq!(files[0].0, "360p/index.m3u8");
+        assert_eq!(files[1].0, "master.m3u8");
+        assert!(files[0].1.contains("#EXTINF:2.000000,\nseg-00003.ts"));
     }
 }
