@@ -27,16 +27,7 @@ use mediaonce::steps::hls::{
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() == 4 && args[3] == "reads" {
-        return match reads(&args[0], &args[2]).await {
-            Ok(summary) => {
-                println!("{summary}");
-                ExitCode::SUCCESS
-            }
-            Err(err) => {
-                eprintln!("hls_package: {err}");
-                ExitCode::FAILURE
-            }
-        };
+        return report(reads(&args[0], &args[2]).await);
     }
     let workers = match (args.get(3).map(String::as_str), args.get(4)) {
         (Some("whole"), None) => None,
@@ -46,7 +37,12 @@ async fn main() -> ExitCode {
         },
         _ => return usage(),
     };
-    match run(&args[0], Path::new(&args[1]), &args[2], workers).await {
+    report(run(&args[0], Path::new(&args[1]), &args[2], workers).await)
+}
+
+/// Prints a summary on stdout, or the error on stderr.
+fn report(result: Result<serde_json::Value, String>) -> ExitCode {
+    match result {
         Ok(summary) => {
             println!("{summary}");
             ExitCode::SUCCESS

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::boxes::{child, children, fourcc, Cursor};
+use super::boxes::{child, children, fourcc, Child, Cursor};
 use super::fragments::{fragment_end_ticks, sample_duration_defaults};
 use super::locate::MovieBoxes;
 use super::BmffError;
@@ -141,17 +141,7 @@ pub fn parse_movie(
         None => (None, Vec::new()),
     };
     let boxes = children(moov, "moov")?;
-    let mvhd = child(&boxes, b"mvhd")
-        .ok_or_else(|| BmffError::Malformed("'moov' has no 'mvhd' movie header".into()))?;
-    let mut cursor = Cursor::new(mvhd, "moov/mvhd");
-    let version = cursor.version()?;
-    cursor.sized(version, "creation time")?;
-    cursor.sized(version, "modification time")?;
-    let timescale = cursor.u32("timescale")?;
-    let duration_units = cursor.sized(version, "duration")?;
-    if timescale == 0 {
-        return Err(BmffError::Malformed("'moov/mvhd' timescale is 0".into()));
-    }
+    let (timescale, duration_units) = movie_header(&boxes)?;
     let mut duration = duration_units
         .filter(|&d| d > 0)
         .map(|d| seconds(d, timescale));
@@ -190,6 +180,46 @@ pub(super) fn round_to(value: f64, per: f64) -> f64 {
     (value * per).round() / per
 }
 
+/// The head `mvhd` and `mdhd` share: the cursor after it, the timescale
+/// and the duration (`None`: unknown).
+pub(super) fn time_header<'a>(
+    body: &'a [u8],
+    path: &'a str,
+) -> Result<(Cursor<'a>, u32, Option<u64>), BmffError> {
+    let mut cursor = Cursor::new(body, path);
+    let version = cursor.version()?;
+    cursor.sized(version, "creation time")?;
+    cursor.sized(version, "modification time")?;
+    let timescale = cursor.u32("timescale")?;
+    let duration = cursor.sized(version, "duration")?;
+    Ok((cursor, timescale, duration))
+}
+
+/// The movie header's timescale (never 0) and duration, from the `moov`'s
+/// children.
+pub(super) fn movie_header(moov: &[Child<'_>]) -> Result<(u32, Option<u64>), BmffError> {
+    let mvhd = child(moov, b"mvhd")
+        .ok_or_else(|| BmffError::Malformed("'moov' has no 'mvhd' movie header".into()))?;
+    let (_, timescale, duration) = time_header(mvhd, "moov/mvhd")?;
+    if timescale == 0 {
+        return Err(BmffError::Malformed("'moov/mvhd' timescale is 0".into()));
+    }
+    Ok((timescale, duration))
+}
+
+/// The handler type of a track's `mdia` children (`vide`, `soun`, …), if
+/// it has a `hdlr`.
+pub(super) fn handler_type(mdia: &[Child<'_>]) -> Result<Option<[u8; 4]>, BmffError> {
+    let Some(hdlr) = child(mdia, b"hdlr") else {
+        return Ok(None);
+    };
+    let mut cursor = Cursor::new(hdlr, "trak/mdia/hdlr");
+    cursor.version()?;
+    cursor.skip(4, "pre-defined")?;
+    let kind = cursor.take(4, "handler type")?;
+    Ok(Some([kind[0], kind[1], kind[2], kind[3]]))
+}
+
 pub(super) fn parse_track(trak: &[u8]) -> Result<TrackInfo, BmffError> {
     let boxes = children(trak, "trak")?;
     let tkhd = child(&boxes, b"tkhd")
@@ -214,27 +244,15 @@ pub(super) fn parse_track(trak: &[u8]) -> Result<TrackInfo, BmffError> {
     let mdia = children(mdia, "trak/mdia")?;
     let mdhd = child(&mdia, b"mdhd")
         .ok_or_else(|| BmffError::Malformed(format!("track {id} has no 'mdhd' media header")))?;
-    let mut cursor = Cursor::new(mdhd, "trak/mdia/mdhd");
-    let version = cursor.version()?;
-    cursor.sized(version, "creation time")?;
-    cursor.sized(version, "modification time")?;
-    let timescale = cursor.u32("timescale")?;
-    let media_duration = cursor.sized(version, "duration")?.filter(|&d| d > 0);
+    let (mut cursor, timescale, media_duration) = time_header(mdhd, "trak/mdia/mdhd")?;
+    let media_duration = media_duration.filter(|&d| d > 0);
     let language = language(cursor.u16("language")?);
     if timescale == 0 {
         return Err(BmffError::Malformed(format!(
             "track {id}: 'mdhd' timescale is 0"
         )));
     }
-    let handler = match child(&mdia, b"hdlr") {
-        Some(hdlr) => {
-            let mut cursor = Cursor::new(hdlr, "trak/mdia/hdlr");
-            cursor.version()?;
-            cursor.skip(4, "pre-defined")?;
-            cursor.take(4, "handler type")?.to_vec()
-        }
-        None => b"????".to_vec(),
-    };
+    let handler = handler_type(&mdia)?.unwrap_or(*b"????");
     let kind = match &handler[..] {
         b"vide" => "video".to_string(),
         b"soun" => "audio".to_string(),

@@ -15,6 +15,7 @@
 use std::ops::Range;
 
 use super::boxes::{child, children, Cursor};
+use super::movie::{handler_type, movie_header, time_header};
 use super::BmffError;
 
 /// The most samples a track may expand to (a 10-hour 60 fps video has
@@ -55,9 +56,16 @@ impl TrackSamples {
 
     /// The first sample whose time is at or after `at`.
     fn first_at(&self, at: f64) -> usize {
-        let ticks = self.timescale as f64;
-        self.dts
-            .partition_point(|&dts| dts as f64 / ticks + self.shift < at)
+        let (mut low, mut high) = (0, self.dts.len());
+        while low < high {
+            let mid = (low + high) / 2;
+            if self.time(mid) < at {
+                low = mid + 1;
+            } else {
+                high = mid;
+            }
+        }
+        low
     }
 
     /// The sync sample at or before `sample` (the first sample if none).
@@ -159,16 +167,7 @@ pub fn merge(ranges: &mut Vec<Range<u64>>, gap: u64) {
 /// Every track's samples, from a `moov` body.
 pub fn track_samples(moov: &[u8]) -> Result<Vec<TrackSamples>, BmffError> {
     let boxes = children(moov, "moov")?;
-    let mvhd = child(&boxes, b"mvhd")
-        .ok_or_else(|| BmffError::Malformed("'moov' has no 'mvhd' movie header".into()))?;
-    let mut cursor = Cursor::new(mvhd, "moov/mvhd");
-    let version = cursor.version()?;
-    cursor.sized(version, "creation time")?;
-    cursor.sized(version, "modification time")?;
-    let movie_timescale = cursor.u32("timescale")?;
-    if movie_timescale == 0 {
-        return Err(BmffError::Malformed("'moov/mvhd' timescale is 0".into()));
-    }
+    let (movie_timescale, _) = movie_header(&boxes)?;
     boxes
         .iter()
         .filter(|(kind, _)| kind == b"trak")
@@ -180,29 +179,15 @@ fn track(trak: &[u8], movie_timescale: u32) -> Result<TrackSamples, BmffError> {
     let boxes = children(trak, "trak")?;
     let malformed = |what: &str| BmffError::Malformed(format!("a 'trak' has no {what}"));
     let mdia = children(child(&boxes, b"mdia").ok_or_else(|| malformed("'mdia'"))?, "mdia")?;
-    let mut mdhd = Cursor::new(
-        child(&mdia, b"mdhd").ok_or_else(|| malformed("'mdhd'"))?,
-        "mdhd",
-    );
-    let version = mdhd.version()?;
-    mdhd.sized(version, "creation time")?;
-    mdhd.sized(version, "modification time")?;
-    let timescale = mdhd.u32("timescale")?;
+    let mdhd = child(&mdia, b"mdhd").ok_or_else(|| malformed("'mdhd'"))?;
+    let (_, timescale, _) = time_header(mdhd, "mdhd")?;
     if timescale == 0 {
         return Err(BmffError::Malformed("'mdhd' timescale is 0".into()));
     }
-    let kind = match child(&mdia, b"hdlr") {
-        Some(hdlr) => {
-            let mut cursor = Cursor::new(hdlr, "hdlr");
-            cursor.version()?;
-            cursor.skip(4, "pre-defined")?;
-            match cursor.take(4, "handler type")? {
-                b"vide" => TrackKind::Video,
-                b"soun" => TrackKind::Audio,
-                _ => TrackKind::Other,
-            }
-        }
-        None => TrackKind::Other,
+    let kind = match handler_type(&mdia)? {
+        Some(kind) if &kind == b"vide" => TrackKind::Video,
+        Some(kind) if &kind == b"soun" => TrackKind::Audio,
+        _ => TrackKind::Other,
     };
     let shift = match child(&boxes, b"edts") {
         Some(edts) => match child(&children(edts, "edts")?, b"elst") {
