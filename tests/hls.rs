@@ -18,7 +18,8 @@ use mediaonce::key::Recipe;
 use mediaonce::key::{job_key, sha256_hex};
 use mediaonce::step::{JobInput, JobOutputs, Manifest, Step, StepContext, StepError};
 use mediaonce::steps::ffmpeg::STOP_BEFORE_DEADLINE;
-use mediaonce::steps::hls::{HlsPackage, SCRATCH_RESERVE_BYTES};
+use mediaonce::steps::hls::chunk_job::{ChunkParams, ChunkSegments, HlsChunk};
+use mediaonce::steps::hls::{Encoding, HlsPackage, HlsParams, SCRATCH_RESERVE_BYTES};
 use mediaonce::store::memory::InMemoryObjects;
 use mediaonce::store::{ObjectRef, ObjectStore};
 
@@ -422,6 +423,22 @@ async fn run_direct_at(
     deadline_ms: Option<u64>,
     clock: &dyn mediaonce::lease::Clock,
 ) -> Result<BTreeMap<String, Vec<u8>>, StepError> {
+    let recipe = Recipe::from_value(&serde_json::json!({
+        "step": "hls-package", "version": 1, "params": params
+    }))
+    .unwrap();
+    run_recipe(step, input, &recipe, deadline_ms, clock).await
+}
+
+/// Runs `step` on `recipe` directly on an in-memory store (the input
+/// `in/clip.mp4`, the outputs under `out/job/`): its outputs.
+async fn run_recipe<S: Step>(
+    step: &S,
+    input: &[u8],
+    recipe: &Recipe,
+    deadline_ms: Option<u64>,
+    clock: &dyn mediaonce::lease::Clock,
+) -> Result<BTreeMap<String, Vec<u8>>, StepError> {
     let objects = InMemoryObjects::new();
     objects.insert("in", "clip.mp4", input, true);
     let store = ObjectStore::new(objects.clone());
@@ -433,13 +450,9 @@ async fn run_direct_at(
     };
     let head = store.head(&object).await.unwrap().unwrap();
     let input = JobInput::new(store.clone(), head.clone(), fingerprint(&head));
-    let recipe = Recipe::from_value(&serde_json::json!({
-        "step": "hls-package", "version": 1, "params": params
-    }))
-    .unwrap();
     let context = StepContext {
         job_key: "direct",
-        recipe: &recipe,
+        recipe,
         input: &input,
         deadline_ms,
         clock,
@@ -813,4 +826,72 @@ async fn a_long_input_is_encoded_span_by_span_into_one_package() {
     assert!(video.windows(2).all(|p| p[1] - p[0] == 3750), "{video:?}");
     let step = 1024 * 90_000 / 48_000;
     assert!(audio.windows(2).all(|p| p[1] - p[0] == step), "{audio:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_job_writes_its_span_s_segments_and_their_summaries() {
+    // The 3 s clip in 1 s spans: chunk 1 run as a job of its own writes
+    // the bytes the whole job writes for its span, and what the join needs.
+    let bytes = small_clip();
+    let package_params = serde_json::json!({"ladder": [144], "preset": "ultrafast",
+        "segment": 1, "chunk_seconds": 1});
+    let whole = run_direct(
+        &step_in("chunk-job-whole"),
+        &bytes,
+        package_params.clone(),
+        None,
+    )
+    .await
+    .unwrap();
+    let package = Recipe::from_value(&serde_json::json!({
+        "step": "hls-package", "version": 1, "params": package_params
+    }))
+    .unwrap();
+    let hls = HlsParams::from_params(&package.params).unwrap();
+    let movie = mediaonce::bmff::read_movie(&bytes[..], bytes.len() as u64, &[])
+        .await
+        .unwrap();
+    let spans = Encoding::of(&movie, &hls).unwrap().spans(&hls);
+    assert_eq!(spans.len(), 3);
+    let chunk_step = HlsChunk(step_in("chunk-job"));
+    let recipe = ChunkParams::recipe(&package, &spans[1]);
+    let files = run_recipe(
+        &chunk_step,
+        &bytes,
+        &recipe,
+        None,
+        &mediaonce::lease::SystemClock,
+    )
+    .await
+    .unwrap();
+    let names: Vec<&str> = files.keys().map(String::as_str).collect();
+    assert_eq!(names, ["job/144p/seg-00001.ts", "job/segments.json"]);
+    assert!(files["job/144p/seg-00001.ts"] == whole["job/144p/seg-00001.ts"]);
+    let listing: ChunkSegments = serde_json::from_slice(&files["job/segments.json"]).unwrap();
+    assert_eq!(listing.renditions.len(), 1);
+    assert_eq!(listing.renditions[0].name, "144p");
+    let segment = &listing.renditions[0].segments[0];
+    assert_eq!(segment.name, "seg-00001.ts");
+    assert_eq!(segment.frames, 24);
+    assert!(segment.opens_on_keyframe);
+    assert_eq!(segment.bytes, files["job/144p/seg-00001.ts"].len() as u64);
+
+    // A span that is not the input's plan's is refused for good.
+    let mut wrong = recipe.clone();
+    wrong.params["start_ms"] = 1500.into();
+    let err = run_recipe(
+        &chunk_step,
+        &bytes,
+        &wrong,
+        None,
+        &mediaonce::lease::SystemClock,
+    )
+    .await
+    .unwrap_err();
+    assert!(err.is_permanent(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("is not a span of this input's plan"),
+        "{err}"
+    );
 }

@@ -18,6 +18,7 @@
 //! retried) and when the step is dropped; its progress is logged.
 
 pub mod chunk;
+pub mod chunk_job;
 mod params;
 pub mod playlist;
 pub mod sparse;
