@@ -57,6 +57,8 @@ pub enum Call {
     GetObject,
     /// Objects: PutObject.
     PutObject,
+    /// Objects: CopyObject.
+    CopyObject,
 }
 
 #[derive(Debug)]

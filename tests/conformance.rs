@@ -854,16 +854,48 @@ async fn object_contract(client: impl ObjectClient, bucket: &str) {
     ] {
         assert_eq!(err.kind, ErrorKind::PreconditionFailed, "{err}");
     }
-    let repinned = object(bucket, key, Some(new_head.etag));
+    let repinned = object(bucket, key, Some(new_head.etag.clone()));
     assert_eq!(
         client.get_object_range(&repinned, 0..3).await.unwrap(),
         b"new"
     );
+
+    // CopyObject, server-side, pinned: the bytes and content type arrive
+    // under the new key (one needing encoding in the copy source); pinned
+    // to an old ETag it fails 412 and writes nothing.
+    let copied_key = "copies/a b+c (1).bin";
+    client
+        .copy_object(&repinned, bucket, copied_key)
+        .await
+        .unwrap();
+    let copy = object(bucket, copied_key, None);
+    let copied = client.head_object(&copy).await.unwrap().unwrap();
+    assert_eq!(copied.etag, new_head.etag);
+    assert_eq!(copied.content_type.as_deref(), Some("application/x-test"));
+    assert_eq!(client.get_object_range(&copy, 0..3).await.unwrap(), b"new");
+    let stale = client
+        .copy_object(&pinned, bucket, "copies/stale.bin")
+        .await
+        .unwrap_err();
+    assert_eq!(stale.kind, ErrorKind::PreconditionFailed, "{stale}");
+    assert!(client
+        .head_object(&object(bucket, "copies/stale.bin", None))
+        .await
+        .unwrap()
+        .is_none());
 }
 
 #[tokio::test]
 async fn the_in_memory_store_keeps_the_object_contract() {
     object_contract(InMemoryObjects::new(), "bucket").await;
+}
+
+#[tokio::test]
+async fn a_client_without_its_own_copy_keeps_the_object_contract() {
+    // The tests' read counter implements no CopyObject: the trait's
+    // default (HEAD, GET, PUT) stands in.
+    let client = common::counting::ReadCounter::new(InMemoryObjects::new());
+    object_contract(client, "bucket").await;
 }
 
 #[tokio::test]

@@ -326,6 +326,10 @@ impl ObjectClient for SimObjects {
         self.count("PUT").await;
         self.inner.put_object(bucket, key, content_type, body).await
     }
+    async fn copy_object(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {
+        self.count("COPY").await;
+        self.inner.copy_object(from, bucket, key).await
+    }
     async fn list_objects(
         &self,
         bucket: &str,

@@ -105,6 +105,18 @@ impl ObjectClient for FaultyObjects {
         self.inner.put_object(bucket, key, content_type, body).await
     }
 
+    async fn copy_object(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {
+        if let Some(message) = self.plan.check(Call::CopyObject, key) {
+            return Err(PutError {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+                message,
+                kind: ErrorKind::Transient,
+            });
+        }
+        self.inner.copy_object(from, bucket, key).await
+    }
+
     async fn list_object_versions(
         &self,
         bucket: &str,

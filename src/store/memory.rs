@@ -191,6 +191,32 @@ impl ObjectClient for Arc<InMemoryObjects> {
             })
     }
 
+    async fn copy_object(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {
+        let error = |message: String, kind| PutError {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            message: format!("copying {from}: {message}"),
+            kind,
+        };
+        self.check_owner(bucket)
+            .map_err(|message| error(message, ErrorKind::Other))?;
+        let bytes = self.current(from).map_err(|e| error(e.message, e.kind))?;
+        let content_type = self
+            .objects()
+            .get(&(from.bucket.clone(), from.key.clone()))
+            .map(|stored| stored.content_type.clone())
+            .unwrap_or_default();
+        self.objects().insert(
+            (bucket.to_string(), key.to_string()),
+            Stored {
+                bytes,
+                content_type,
+                with_sha256: false,
+            },
+        );
+        Ok(())
+    }
+
     async fn put_object(
         &self,
         bucket: &str,

@@ -164,6 +164,33 @@ pub trait ObjectClient: Send + Sync + std::fmt::Debug {
         body: ByteStream,
     ) -> Result<(), PutError>;
 
+    /// CopyObject: `from` (its version, and `If-Match` its ETag when set:
+    /// `x-amz-copy-source-if-match`) to `bucket`/`key`, server-side, its
+    /// content type kept; replaces any earlier object at the key. By
+    /// default (a client of one's own that has no copy), a HEAD, a GET and
+    /// a PUT through this client.
+    async fn copy_object(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {
+        let failed = |message: String, kind| PutError {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            message: format!("copying {from}: {message}"),
+            kind,
+        };
+        let head = self
+            .head_object(from)
+            .await
+            .map_err(|e| failed(e.message, e.kind))?
+            .ok_or_else(|| failed("NoSuchKey".into(), ErrorKind::NotFound))?;
+        let body = self
+            .get_object(from)
+            .await
+            .map_err(|e| failed(e.message, e.kind))?;
+        let content_type = head
+            .content_type
+            .unwrap_or_else(|| "application/octet-stream".into());
+        self.put_object(bucket, key, &content_type, body).await
+    }
+
     /// ListObjectsV2 of `prefix`, one page (up to 1,000 keys), from `from`
     /// (the previous page's continuation token): the keys, and the token
     /// of the next page if there is one.
@@ -260,6 +287,12 @@ impl ObjectStore {
     }
 
     /// Deletes up to [`MAX_KEYS_PER_CALL`] keys.
+    /// Copies `from` to `bucket`/`key` within S3 ([`ObjectClient::copy_object`]):
+    /// no byte passes through the function.
+    pub async fn copy(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {
+        self.client.copy_object(from, bucket, key).await
+    }
+
     pub async fn delete_keys(&self, bucket: &str, keys: &[String]) -> Result<(), DeleteError> {
         self.client.delete_objects(bucket, keys).await
     }

@@ -60,6 +60,15 @@ impl S3Objects {
     }
 }
 
+/// What a copy source's key keeps unencoded: RFC 3986's unreserved
+/// characters and the `/` between a key's parts.
+const COPY_SOURCE_KEY: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
+
 #[async_trait::async_trait]
 impl ObjectClient for S3Objects {
     async fn head_object(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError> {
@@ -193,6 +202,40 @@ impl ObjectClient for S3Objects {
                 bucket: bucket.to_string(),
                 key: key.to_string(),
                 message: self.describe(&err),
+                kind: ErrorKind::of_sdk(&err),
+            })
+    }
+
+    async fn copy_object(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {
+        // The copy source is `bucket/key`, URL-encoded, `?versionId=` when
+        // pinned to a version.
+        let mut source = format!(
+            "{}/{}",
+            from.bucket,
+            percent_encoding::utf8_percent_encode(&from.key, COPY_SOURCE_KEY)
+        );
+        if let Some(version) = &from.version_id {
+            source.push_str("?versionId=");
+            source.extend(percent_encoding::utf8_percent_encode(
+                version,
+                percent_encoding::NON_ALPHANUMERIC,
+            ));
+        }
+        self.client
+            .copy_object()
+            .copy_source(source)
+            .set_copy_source_if_match(from.if_match.as_deref().map(quoted))
+            .bucket(bucket)
+            .key(key)
+            .set_expected_bucket_owner(self.expected_bucket_owner.clone())
+            .set_expected_source_bucket_owner(self.expected_bucket_owner.clone())
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|err| PutError {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+                message: format!("copying {from}: {}", self.describe(&err)),
                 kind: ErrorKind::of_sdk(&err),
             })
     }
