@@ -115,6 +115,10 @@ pub struct Config {
     pub recipes: Vec<RecipeRule>,
     /// Which recipes feed which, checked at load.
     pub graph: Graph,
+    /// The step that runs one span of an `hls-package` job as a job of its
+    /// own (`hls-chunk`), bound per chunk; `None` when the registry has
+    /// none.
+    pub chunk_step: Option<Arc<dyn crate::step::AnyStep>>,
     pub concurrency: usize,
     pub lease: LeasePolicy,
     /// A job that failed this many times is poisoned: not run again.
@@ -332,6 +336,7 @@ impl Config {
             output_prefix,
             recipes,
             graph,
+            chunk_step: steps.get(crate::steps::hls::chunk_job::CHUNK_STEP),
             concurrency,
             lease,
             max_attempts,

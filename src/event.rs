@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::key::json_type;
+use crate::pipeline::message::ChunkHandOn;
 use crate::pipeline::HandOn;
 
 /// What one SQS message body holds.
@@ -17,6 +18,8 @@ pub enum Notification {
     TestEvent,
     /// One or more S3 event records.
     Records(Vec<S3Record>),
+    /// One span of an `hls-package` job to run as a job of its own.
+    Chunk(Box<ChunkHandOn>),
 }
 
 /// The event name of a record made from a hand-on message
@@ -180,6 +183,10 @@ pub fn parse_body(body: &str) -> Result<Notification, BodyError> {
             BodyError::NotS3(problem) => BodyError::NotS3(format!("SNS message: {problem}")),
             other => other,
         });
+    }
+    if ChunkHandOn::is_chunk(&value) {
+        let chunk = ChunkHandOn::from_value(value).map_err(BodyError::NotS3)?;
+        return Ok(Notification::Chunk(Box::new(chunk)));
     }
     if HandOn::is_hand_on(&value) {
         let hand_on = HandOn::from_value(value).map_err(BodyError::NotS3)?;

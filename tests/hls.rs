@@ -895,3 +895,97 @@ async fn a_chunk_job_writes_its_span_s_segments_and_their_summaries() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_message_runs_its_span_once_and_refuses_what_it_cannot_trust() {
+    let package_params = serde_json::json!({"ladder": [144], "preset": "ultrafast",
+        "segment": 1, "chunk_seconds": 1, "min_seconds": 5});
+    let recipes = serde_json::json!([{"name": "hls", "step": "hls-package", "version": 1,
+        "params": package_params}]);
+    let p = Pipeline::new(Options {
+        recipes: Some(recipes.to_string()),
+        separate_output_bucket: true,
+        ..Options::default()
+    })
+    .await;
+    // The upload's own job: keyed by a SHA-256 mediaonce computed (and
+    // cached), its spans encoded one after another.
+    let bytes = small_clip();
+    let whole = package(&p, "clips/chunked.mp4", &bytes).await;
+    assert_eq!(whole.outcome, Outcome::Ran, "{whole:?}");
+    let input_hash = sha256_hex(&bytes);
+    let head =
+        p.s3.head_object()
+            .bucket(&p.bucket)
+            .key("clips/chunked.mp4")
+            .send()
+            .await
+            .unwrap();
+    let message = |input_hash: &str, parent: &str, recipe: &str| {
+        serde_json::json!({"mediaonce": "hls-chunk/1", "bucket": p.bucket,
+            "key": "clips/chunked.mp4", "versionId": null,
+            "eTag": head.e_tag().unwrap().trim_matches('"'), "size": bytes.len(),
+            "recipe": recipe, "inputHash": input_hash, "parent": parent,
+            "index": 1, "startMs": 1000, "endMs": 2000})
+        .to_string()
+    };
+    let body = message(&input_hash, &whole.job_key, "hls");
+
+    let report = p.handle(vec![p.send_raw(&body).await]).await;
+    let chunk = report.jobs().next().expect("the chunk's job").clone();
+    assert_eq!(
+        (chunk.outcome, chunk.step.as_str()),
+        (Outcome::Ran, "hls-chunk"),
+        "{report:?}"
+    );
+    assert!(report.response().batch_item_failures.is_empty());
+    let prefix = format!("derived/{}/", chunk.job_key);
+    let mut keys = p.output_keys(&prefix).await;
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["144p/seg-00001.ts", "_manifest.json", "segments.json"]
+            .map(|name| format!("{prefix}{name}"))
+    );
+    // The span's segment, byte for byte the one the whole job wrote.
+    assert!(
+        p.output(&format!("{prefix}144p/seg-00001.ts")).await
+            == p.output(&format!("derived/{}/144p/seg-00001.ts", whole.job_key))
+                .await
+    );
+    // Again: reused, nothing runs.
+    let again = p.handle(vec![p.send_raw(&body).await]).await;
+    let reused = again.jobs().next().unwrap();
+    assert_eq!(
+        (reused.outcome, &reused.job_key),
+        (Outcome::Reused, &chunk.job_key)
+    );
+
+    // A hash that is not the version's, a parent that does not follow, a
+    // recipe that is not here: refused with the reason, nothing claimed.
+    let forged = "0".repeat(64);
+    for (body, why) in [
+        (
+            message(
+                &forged,
+                &job_key(&forged, &p.app.config.recipes[0].recipe_hash),
+                "hls",
+            ),
+            "is not",
+        ),
+        (
+            message(&input_hash, &forged, "hls"),
+            "is not the key of its input hash",
+        ),
+        (
+            message(&input_hash, &whole.job_key, "nope"),
+            "no hls-package recipe",
+        ),
+    ] {
+        let report = p.handle(vec![p.send_raw(&body).await]).await;
+        assert_eq!(report.jobs().count(), 0, "{report:?}");
+        assert_eq!(report.response().batch_item_failures.len(), 1);
+        let error = report.messages[0].error.clone().unwrap_or_default();
+        assert!(error.contains(why), "{error}");
+    }
+}

@@ -11,6 +11,8 @@
 //! - [`job`]: one job: claim → step → manifest → finish;
 //! - [`chain`]: the jobs chained to done ones ([`crate::pipeline`]): keyed
 //!   by the upstream manifest, referenced, run or handed on;
+//! - [`chunk`]: a chunk message: one span of an `hls-package` job, run as
+//!   a job of its own;
 //! - [`references`]: after a create's jobs, the version's references; a
 //!   removal's release;
 //! - [`outputs`]: where an object's outputs are (`mediaonce outputs`);
@@ -42,6 +44,7 @@ use crate::store::ObjectStore;
 mod batch;
 mod busy;
 mod chain;
+mod chunk;
 mod completion;
 pub mod collect;
 mod identify;

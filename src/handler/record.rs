@@ -32,6 +32,9 @@ pub(super) async fn process_body(
 ) -> MessageReport {
     let records = match parse_body(body) {
         Ok(Notification::Records(records)) => records,
+        Ok(Notification::Chunk(chunk)) => {
+            return super::chunk::process_chunk(app, batch, invocation, message_id, &chunk).await;
+        }
         Ok(Notification::TestEvent) => {
             tracing::info!(message_id, "s3:TestEvent acknowledged");
             return MessageReport {

@@ -213,6 +213,12 @@ impl<S: Step> BoundStep for Bound<S> {
     }
 }
 
+impl std::fmt::Debug for dyn AnyStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AnyStep({})", self.name())
+    }
+}
+
 impl std::fmt::Debug for dyn BoundStep {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "BoundStep({})", self.name())

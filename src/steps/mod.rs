@@ -32,6 +32,9 @@ impl StepRegistry {
         registry.register(probe::Probe);
         registry.register(thumbnail::Thumbnail::from_lookup(&lookup));
         registry.register(hls::HlsPackage::from_lookup(&lookup));
+        registry.register(hls::chunk_job::HlsChunk(hls::HlsPackage::from_lookup(
+            &lookup,
+        )));
         registry.register(poster::Poster::from_lookup(&lookup));
         registry
     }
@@ -77,7 +80,7 @@ mod tests {
     fn the_builtin_steps() {
         assert_eq!(
             StepRegistry::builtin().names(),
-            vec!["hls-package", "poster", "probe", "thumbnail"]
+            vec!["hls-chunk", "hls-package", "poster", "probe", "thumbnail"]
         );
     }
 }

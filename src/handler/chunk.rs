@@ -1,0 +1,193 @@
+//! A chunk message ([`ChunkHandOn`]): one span of an `hls-package` job run
+//! as a job of its own (`steps::hls::chunk_job`), claimed like any job.
+//!
+//! Nothing in the message is taken on trust: the recipe must be one of
+//! this configuration's `hls-package` recipes, the input hash must be one
+//! S3 or mediaonce computed for the version as it is now (its full-object
+//! SHA-256 checksum, or the hash cache), the parent key must follow from
+//! both, and the step checks the span against the input's own plan. A
+//! message that fails those is refused with the reason (it comes back and
+//! is dead-lettered: it is not ours to drop); a version that changed or
+//! went is skipped (its own event runs what it needs).
+//!
+//! Chunk jobs are referenced by no version yet: the split that will send
+//! these messages also references its chunks (DESIGN.md, "Chunked HLS").
+
+use std::sync::Arc;
+
+use super::job::{BatchJobs, JobRun};
+use super::{App, Invocation, JobReport, MessageReport, Outcome};
+use crate::config::RecipeRule;
+use crate::fingerprint::{s3_checksum, Fingerprint, FingerprintSource};
+use crate::identity::{keep, ObjectVersion};
+use crate::key::job_key;
+use crate::pipeline::message::ChunkHandOn;
+use crate::step::ObjectBytes;
+use crate::steps::hls::chunk_job::{ChunkParams, CHUNK_STEP};
+use crate::steps::hls::Span;
+use crate::store::ObjectRef;
+
+/// Runs a chunk message's job; its report, or why the message must come
+/// back.
+pub(super) async fn process_chunk(
+    app: &App,
+    batch: &BatchJobs,
+    invocation: &Invocation,
+    message_id: String,
+    chunk: &ChunkHandOn,
+) -> MessageReport {
+    let (jobs, error) = match chunk_job(app, batch, invocation, chunk).await {
+        Ok(report) => (vec![report], None),
+        Err(error) => {
+            tracing::error!(message_id, error, "chunk message refused");
+            (Vec::new(), Some(error))
+        }
+    };
+    MessageReport {
+        message_id,
+        jobs,
+        error,
+    }
+}
+
+async fn chunk_job(
+    app: &App,
+    batch: &BatchJobs,
+    invocation: &Invocation,
+    chunk: &ChunkHandOn,
+) -> Result<JobReport, String> {
+    let package = app
+        .config
+        .recipes
+        .iter()
+        .find(|rule| rule.name == chunk.recipe && rule.recipe.step == "hls-package")
+        .ok_or_else(|| {
+            format!(
+                "chunk message for recipe {:?}: this configuration has no hls-package recipe of that name",
+                chunk.recipe
+            )
+        })?;
+    let parent = job_key(&chunk.input_hash, &package.recipe_hash);
+    if parent != chunk.parent {
+        return Err(format!(
+            "chunk message's parent {} is not the key of its input hash and recipe {:?} ({parent})",
+            chunk.parent, chunk.recipe
+        ));
+    }
+    let object = ObjectRef {
+        bucket: chunk.bucket.clone(),
+        key: chunk.key.clone(),
+        version_id: chunk.version_id.clone(),
+        if_match: Some(chunk.etag.clone()),
+    };
+    let head = match app.store.head(&object).await {
+        Ok(Some(head)) if head.etag.trim_matches('"') == chunk.etag => head,
+        Ok(_) => {
+            return Ok(skipped(
+                package,
+                &chunk.parent,
+                format!("{object} is gone or holds other bytes: its own event runs what it needs"),
+            ))
+        }
+        Err(err) => return Err(err.to_string()),
+    };
+    let fingerprint = trusted_hash(app, &head).await?;
+    if fingerprint.input_hash != chunk.input_hash {
+        return Err(format!(
+            "chunk message's inputHash {} is not {object}'s ({}, {})",
+            chunk.input_hash,
+            fingerprint.input_hash,
+            fingerprint.source.as_str()
+        ));
+    }
+    let rule = chunk_rule(app, package, chunk)?;
+    let key = job_key(&fingerprint.input_hash, &rule.recipe_hash);
+    let uses = [rule.step.input_use()];
+    let size = head.size;
+    let bytes = Arc::new(ObjectBytes::new(
+        app.store.clone(),
+        head,
+        keep(&uses, size),
+        &app.scratch,
+    ));
+    let run = JobRun {
+        app,
+        invocation,
+        rule: &rule,
+        job_key: &key,
+        bytes: &bytes,
+        fingerprint: &fingerprint,
+    };
+    Ok(run.run_in(batch, &[]).await)
+}
+
+/// The input hash of a version that S3 or mediaonce computed: S3's
+/// full-object SHA-256, else the hash cache's.
+async fn trusted_hash(
+    app: &App,
+    head: &crate::fingerprint::ObjectHead,
+) -> Result<Fingerprint, String> {
+    if let Some(checksum) = s3_checksum(head) {
+        return Ok(checksum);
+    }
+    match app
+        .ledger
+        .cached_input_hash(&ObjectVersion::of(head))
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        Some(input_hash) => Ok(Fingerprint {
+            input_hash,
+            source: FingerprintSource::Cached,
+        }),
+        None => Err(format!(
+            "s3://{}/{} has no SHA-256 that S3 or mediaonce computed: a chunk's input hash is \
+             not taken from its message",
+            head.bucket, head.key
+        )),
+    }
+}
+
+/// The chunk's recipe, bound to the `hls-chunk` step.
+fn chunk_rule(app: &App, package: &RecipeRule, chunk: &ChunkHandOn) -> Result<RecipeRule, String> {
+    let step = app
+        .config
+        .chunk_step
+        .as_ref()
+        .ok_or_else(|| format!("no {CHUNK_STEP} step is registered to run chunk messages"))?;
+    let span = Span {
+        index: chunk.index,
+        start_ms: chunk.start_ms,
+        end_ms: chunk.end_ms,
+        first_segment: 0,
+        keyframes_ms: Vec::new(),
+    };
+    let recipe = ChunkParams::recipe(&package.recipe, &span);
+    let step = step.bind(&recipe.params)?;
+    Ok(RecipeRule {
+        index: package.index,
+        name: format!("{}#chunk-{}", package.name, chunk.index),
+        input: None,
+        named: true,
+        recipe_hash: recipe.hash(),
+        recipe,
+        key_match: package.key_match.clone(),
+        step,
+    })
+}
+
+/// A chunk whose input is no longer the message's: nothing runs.
+fn skipped(package: &RecipeRule, parent: &str, reason: String) -> JobReport {
+    JobReport {
+        job_key: String::new(),
+        recipe: package.name.clone(),
+        step: CHUNK_STEP.to_string(),
+        outcome: Outcome::Skipped,
+        attempt: 0,
+        duration_ms: 0,
+        reason: Some(format!("chunk of {parent}: {reason}")),
+        busy_until_ms: None,
+        input_hash_source: None,
+        outputs: None,
+    }
+}
