@@ -19,7 +19,6 @@ use super::references::{reconcile_version, Start};
 use super::{App, Invocation, JobReport, Outcome};
 use crate::config::RecipeRule;
 use crate::fingerprint::{Fingerprint, FingerprintSource, ObjectHead};
-use crate::identity::keep;
 use crate::key::job_key;
 use crate::pipeline::HandOn;
 use crate::references::{Keyed, VersionName};
@@ -215,14 +214,7 @@ impl<'a> Downstream<'a> {
                     }
                     Err(err) => return job.unclaimed(Outcome::Failed, &err.to_string()),
                 };
-                let uses = [job.rule.step.input_use()];
-                let size = head.size;
-                let bytes = Arc::new(ObjectBytes::new(
-                    app.store.clone(),
-                    head,
-                    keep(&uses, size),
-                    &app.scratch,
-                ));
+                let bytes = app.object_bytes(head, &[job.rule.step.input_use()]);
                 inputs.insert(job.input.to_string(), bytes.clone());
                 bytes
             }

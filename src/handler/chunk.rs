@@ -13,16 +13,14 @@
 //! Chunk jobs are referenced by no version yet: the split that will send
 //! these messages also references its chunks (DESIGN.md, "Chunked HLS").
 
-use std::sync::Arc;
 
 use super::job::{BatchJobs, JobRun};
 use super::{App, Invocation, JobReport, MessageReport, Outcome};
 use crate::config::RecipeRule;
 use crate::fingerprint::{s3_checksum, Fingerprint, FingerprintSource};
-use crate::identity::{keep, ObjectVersion};
+use crate::identity::ObjectVersion;
 use crate::key::job_key;
 use crate::pipeline::message::ChunkHandOn;
-use crate::step::ObjectBytes;
 use crate::steps::hls::chunk_job::{ChunkParams, CHUNK_STEP};
 use crate::steps::hls::Span;
 use crate::store::ObjectRef;
@@ -102,14 +100,7 @@ async fn chunk_job(
     }
     let rule = chunk_rule(app, package, chunk)?;
     let key = job_key(&fingerprint.input_hash, &rule.recipe_hash);
-    let uses = [rule.step.input_use()];
-    let size = head.size;
-    let bytes = Arc::new(ObjectBytes::new(
-        app.store.clone(),
-        head,
-        keep(&uses, size),
-        &app.scratch,
-    ));
+    let bytes = app.object_bytes(head, &[rule.step.input_use()]);
     let run = JobRun {
         app,
         invocation,

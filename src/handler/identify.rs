@@ -8,7 +8,7 @@ use super::job::BatchJobs;
 use super::{App, Outcome};
 use crate::config::RecipeRule;
 use crate::fingerprint::{version_etag, Fingerprint, FingerprintSource, ObjectHead};
-use crate::identity::{declared_mismatch, keep, plan, ObjectVersion, OnMiss, Plan};
+use crate::identity::{declared_mismatch, plan, ObjectVersion, OnMiss, Plan};
 use crate::step::{InputUse, ObjectBytes};
 
 /// A record's object version, keyed: its input hash and its bytes (read
@@ -29,12 +29,7 @@ pub(super) async fn identify(
 ) -> Result<Identified, (Outcome, String)> {
     let uses: Vec<InputUse> = rules.iter().map(|rule| rule.step.input_use()).collect();
     let version = ObjectVersion::of(&head);
-    let bytes = Arc::new(ObjectBytes::new(
-        app.store.clone(),
-        head.clone(),
-        keep(&uses, head.size),
-        &app.scratch,
-    ));
+    let bytes = app.object_bytes(head.clone(), &uses);
     let fingerprint = batch
         .input_hash(&version.row_key())
         .get_or_try_init(|| find(app, &head, &uses, &version, &bytes))

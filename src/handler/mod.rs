@@ -227,6 +227,23 @@ impl App {
         )
     }
 
+    /// The record's shared copy of `head`'s bytes, for jobs that read them
+    /// as `uses` (kept in memory or in scratch only when one reads them
+    /// whole: [`crate::identity::keep`]).
+    fn object_bytes(
+        &self,
+        head: crate::fingerprint::ObjectHead,
+        uses: &[crate::step::InputUse],
+    ) -> Arc<crate::step::ObjectBytes> {
+        let keep = crate::identity::keep(uses, head.size);
+        Arc::new(crate::step::ObjectBytes::new(
+            self.store.clone(),
+            head,
+            keep,
+            &self.scratch,
+        ))
+    }
+
     /// Up to 1 s of jitter for a busy message's return.
     fn jitter_ms(&self) -> u64 {
         lock(&self.rng).u64(0..=1_000)
