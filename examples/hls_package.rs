@@ -79,11 +79,12 @@ async fn open(
 /// The bytes of each chunk's partial copy.
 async fn reads(input: &str, params: &str) -> Result<serde_json::Value, String> {
     let (file, size, params, encoding) = open(input, params).await?;
+    let boxes = mediaonce::bmff::locate_movie(&file, size, &[])
+        .await
+        .map_err(|e| e.to_string())?;
     let mut bytes = Vec::new();
     for span in encoding.spans(&params) {
-        let copy = sparse::plan_copy(&file, size, &span)
-            .await
-            .map_err(|e| e.to_string())?;
+        let copy = sparse::plan_copy(&boxes, size, &span).map_err(|e| e.to_string())?;
         bytes.push(copy.bytes);
     }
     Ok(serde_json::json!({"input_bytes": size, "chunk_bytes": bytes}))

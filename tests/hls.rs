@@ -854,7 +854,8 @@ async fn a_chunk_job_writes_its_span_s_segments_and_their_summaries() {
     let spans = Encoding::of(&movie, &hls).unwrap().spans(&hls);
     assert_eq!(spans.len(), 3);
     let chunk_step = HlsChunk(step_in("chunk-job"));
-    let recipe = ChunkParams::recipe(&package, &spans[1]);
+    let span = &spans[1];
+    let recipe = ChunkParams::recipe(&package, span.index, span.start_ms, span.end_ms);
     let files = run_recipe(
         &chunk_step,
         &bytes,

@@ -22,7 +22,6 @@ use crate::identity::ObjectVersion;
 use crate::key::job_key;
 use crate::pipeline::message::ChunkHandOn;
 use crate::steps::hls::chunk_job::{ChunkParams, CHUNK_STEP};
-use crate::steps::hls::Span;
 use crate::store::ObjectRef;
 
 /// Runs a chunk message's job; its report, or why the message must come
@@ -146,14 +145,7 @@ fn chunk_rule(app: &App, package: &RecipeRule, chunk: &ChunkHandOn) -> Result<Re
         .chunk_step
         .as_ref()
         .ok_or_else(|| format!("no {CHUNK_STEP} step is registered to run chunk messages"))?;
-    let span = Span {
-        index: chunk.index,
-        start_ms: chunk.start_ms,
-        end_ms: chunk.end_ms,
-        first_segment: 0,
-        keyframes_ms: Vec::new(),
-    };
-    let recipe = ChunkParams::recipe(&package.recipe, &span);
+    let recipe = ChunkParams::recipe(&package.recipe, chunk.index, chunk.start_ms, chunk.end_ms);
     let step = step.bind(&recipe.params)?;
     Ok(RecipeRule {
         index: package.index,

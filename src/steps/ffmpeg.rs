@@ -204,18 +204,25 @@ impl MovieScratch {
         let input_path = dir.join("input");
         input.spool_to(&input_path).await?;
         let movie = read_movie_for(&input_path, step).await?;
-        if let Some(reference) = movie.external_data() {
-            return Err(StepError::Unprocessable(format!(
-                "{step} refuses a movie whose data is outside the file ({reference}): \
-                 ffmpeg would be asked to open it"
-            )));
-        }
+        refuse_external_data(&movie, step)?;
         Ok(MovieScratch {
             dir,
             input: input_path,
             movie,
             _cleanup: cleanup,
         })
+    }
+}
+
+/// Refuses, for good, a movie whose data lies outside the file (a `dref`
+/// naming another file or a URL): ffmpeg is never handed it.
+pub(crate) fn refuse_external_data(movie: &bmff::MovieInfo, step: &str) -> Result<(), StepError> {
+    match movie.external_data() {
+        Some(reference) => Err(StepError::Unprocessable(format!(
+            "{step} refuses a movie whose data is outside the file ({reference}): \
+             ffmpeg would be asked to open it"
+        ))),
+        None => Ok(()),
     }
 }
 

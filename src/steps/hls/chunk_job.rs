@@ -29,7 +29,7 @@ use super::playlist::SegmentSummary;
 use super::{encode_span, measure_segments, sparse, upload_dir, Encoding, HlsPackage, HlsParams};
 use crate::key::Recipe;
 use crate::step::{InputUse, JobOutputs, Step, StepContext, StepError};
-use crate::steps::ffmpeg::{time_left, ScratchDir, STOP_BEFORE_DEADLINE};
+use crate::steps::ffmpeg::{refuse_external_data, time_left, ScratchDir, STOP_BEFORE_DEADLINE};
 use crate::steps::movie_error;
 
 /// The name of a chunk's recipe step.
@@ -80,16 +80,14 @@ impl ChunkParams {
         })
     }
 
-    /// The recipe of chunk `span` of `package`.
-    pub fn recipe(package: &Recipe, span: &super::Span) -> Recipe {
+    /// The recipe of chunk `index` of `package`, from `start_ms` to
+    /// `end_ms` (a span's bounds).
+    pub fn recipe(package: &Recipe, index: u32, start_ms: u64, end_ms: Option<u64>) -> Recipe {
         let mut params = Map::new();
         params.insert("package".into(), package.to_value());
-        params.insert("index".into(), span.index.into());
-        params.insert("start_ms".into(), span.start_ms.into());
-        params.insert(
-            "end_ms".into(),
-            span.end_ms.map_or(Value::Null, Value::from),
-        );
+        params.insert("index".into(), index.into());
+        params.insert("start_ms".into(), start_ms.into());
+        params.insert("end_ms".into(), end_ms.map_or(Value::Null, Value::from));
         Recipe {
             step: CHUNK_STEP.to_string(),
             version: 1,
@@ -144,14 +142,13 @@ impl Step for HlsChunk {
     ) -> Result<(), StepError> {
         let input = context.input;
         let size = input.head.size;
-        let movie = crate::bmff::read_movie(input, size, &[])
+        // One walk to the `moov`: the movie, and the reads a copy repeats.
+        let unreadable = |e| movie_error(e, "hls-chunk reads MP4/MOV inputs");
+        let boxes = crate::bmff::locate_movie(input, size, &[])
             .await
-            .map_err(|e| movie_error(e, "hls-chunk reads MP4/MOV inputs"))?;
-        if let Some(reference) = movie.external_data() {
-            return Err(StepError::Unprocessable(format!(
-                "hls-chunk refuses a movie whose data is outside the file ({reference})"
-            )));
-        }
+            .map_err(unreadable)?;
+        let movie = crate::bmff::parse_boxes(&boxes).map_err(unreadable)?;
+        refuse_external_data(&movie, CHUNK_STEP)?;
         let encoding = Encoding::of(&movie, &params.params)?;
         let spans = encoding.spans(&params.params);
         let span = spans
@@ -167,9 +164,7 @@ impl Step for HlsChunk {
                     spans.len()
                 ))
             })?;
-        let copy = sparse::plan_copy(input, size, span)
-            .await
-            .map_err(|e| movie_error(e, "hls-chunk reads MP4/MOV inputs"))?;
+        let copy = sparse::plan_copy(&boxes, size, span).map_err(unreadable)?;
         let step = &self.0;
         crate::step::scratch::ensure_room(&step.scratch, copy.bytes, step.scratch_reserve)
             .map_err(StepError::Failed)?;
@@ -241,7 +236,8 @@ mod tests {
         }))
         .unwrap();
         let spans = super::super::chunk::plan(10_000, 2_000, 4_000);
-        let recipe = ChunkParams::recipe(&package, &spans[2]);
+        let span = &spans[2];
+        let recipe = ChunkParams::recipe(&package, span.index, span.start_ms, span.end_ms);
         assert_eq!(
             recipe.canonical_json(),
             r#"{"params":{"end_ms":null,"index":2,"package":{"params":{"ladder":[360],"segment":2},"step":"hls-package","version":3},"start_ms":8000},"step":"hls-chunk","version":1}"#
@@ -255,7 +251,7 @@ mod tests {
         // Every span its own recipe, so its own key.
         let hashes: std::collections::BTreeSet<String> = spans
             .iter()
-            .map(|s| ChunkParams::recipe(&package, s).hash())
+            .map(|s| ChunkParams::recipe(&package, s.index, s.start_ms, s.end_ms).hash())
             .collect();
         assert_eq!(hashes.len(), 3);
 

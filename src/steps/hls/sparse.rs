@@ -31,16 +31,16 @@ pub struct SparseCopy {
     pub bytes: u64,
 }
 
-/// The ranges of a source of `size` bytes that encoding `span` of it
-/// needs: the walk to its `moov`, and the span's samples.
-pub async fn plan_copy<S: RangeSource + ?Sized>(
-    source: &S,
+/// The ranges of a source of `size` bytes, whose walk to the `moov` was
+/// `boxes`, that encoding `span` of it needs: that walk's reads, and the
+/// span's samples. Pure.
+pub fn plan_copy(
+    boxes: &bmff::MovieBoxes,
     size: u64,
     span: &Span,
 ) -> Result<SparseCopy, bmff::BmffError> {
     let start = span.start_ms as f64 / 1000.0;
     let end = span.end_ms.map(|end| end as f64 / 1000.0);
-    let boxes = bmff::locate_movie(source, size, &[]).await?;
     let tracks = samples::track_samples(&boxes.moov)?;
     let mut ranges = boxes.ranges.clone();
     ranges.extend(samples::span_ranges(
