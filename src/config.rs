@@ -28,6 +28,9 @@ pub const ENV_RELEASE_ON_DELETE_MARKER: &str = "MEDIAONCE_RELEASE_ON_DELETE_MARK
 pub const ENV_GC_GRACE_SECS: &str = "MEDIAONCE_GC_GRACE_SECS";
 /// The EventBridge bus (name or ARN) completion events go to; unset: none.
 pub const ENV_EVENT_BUS: &str = "MEDIAONCE_EVENT_BUS";
+/// The SQS queue URL a split job's chunk messages go to; unset: the queue
+/// its own message came from.
+pub const ENV_CHUNK_QUEUE_URL: &str = "MEDIAONCE_CHUNK_QUEUE_URL";
 pub use crate::metrics::{DEFAULT_NAMESPACE, ENV_METRICS, ENV_METRICS_NAMESPACE};
 pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(86_400);
 pub use crate::identity::{IdentityMode, ENV_IDENTITY};
@@ -142,6 +145,9 @@ pub struct Config {
     pub metrics_namespace: Option<String>,
     /// Where completion events go (a bus name or ARN); `None`: none.
     pub event_bus: Option<String>,
+    /// Where chunk messages go (`MEDIAONCE_CHUNK_QUEUE_URL`); `None`: the
+    /// queue of the message that split the job.
+    pub chunk_queue_url: Option<String>,
 }
 
 /// An EventBridge bus: a name (1 to 256 of letters, digits and `._-/`)
@@ -324,8 +330,21 @@ impl Config {
         let event_bus = get(ENV_EVENT_BUS)
             .map(|bus| event_bus(bus.trim()))
             .transpose()?;
+        let chunk_queue_url = match get(ENV_CHUNK_QUEUE_URL)
+            .map(|url| url.trim().to_string())
+            .filter(|url| !url.is_empty())
+        {
+            Some(url) if !url.starts_with("https://") && !url.starts_with("http://") => {
+                return Err(invalid(
+                    ENV_CHUNK_QUEUE_URL,
+                    format!("{url:?} is not an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)"),
+                ))
+            }
+            other => other,
+        };
         Ok(Config {
             event_bus,
+            chunk_queue_url,
             identity,
             release_on_delete_marker,
             gc_grace,

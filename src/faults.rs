@@ -47,6 +47,10 @@ pub enum Call {
     QueryRefs,
     /// References: a seal's UpdateItem.
     SealRefs,
+    /// UpdateItem of a split job's row.
+    WriteSplit,
+    /// BatchWriteItem of a split job's chunk references.
+    WriteHolderRefs,
     /// Objects: ListObjectsV2.
     ListObjects,
     /// Objects: DeleteObjects.

@@ -28,6 +28,11 @@ pub enum Outcome {
     /// ([`crate::pipeline::HandOn`]); the message that carried it is done.
     #[serde(rename = "handed-on")]
     HandedOn,
+    /// Split into chunk jobs that run in other invocations
+    /// (DESIGN.md, "Chunked HLS"): the message is done, and when the job
+    /// ends the version is handed on ([`crate::pipeline::HandOn`]) to
+    /// walk its pipeline again.
+    Waiting,
 }
 
 impl Outcome {
@@ -41,6 +46,7 @@ impl Outcome {
             Outcome::Poisoned => "poisoned",
             Outcome::Deferred => "deferred",
             Outcome::HandedOn => "handed-on",
+            Outcome::Waiting => "waiting",
         }
     }
 

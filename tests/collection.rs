@@ -541,6 +541,7 @@ fn due_row(job_key: &str, output_prefix: String) -> JobRow {
         deletes_started_at_ms: None,
         collect_failures: 0,
         collect_retry_at_ms: None,
+        split: None,
     }
 }
 

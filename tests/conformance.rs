@@ -43,6 +43,7 @@ fn row(key: &str, owner: &str, status: JobStatus, lease_until_ms: u64) -> JobRow
         deletes_started_at_ms: None,
         collect_failures: 0,
         collect_retry_at_ms: None,
+        split: None,
     }
 }
 
@@ -896,6 +897,17 @@ async fn a_client_without_its_own_copy_keeps_the_object_contract() {
     // default (HEAD, GET, PUT) stands in.
     let client = common::counting::ReadCounter::new(InMemoryObjects::new());
     object_contract(client, "bucket").await;
+}
+
+#[tokio::test]
+async fn a_client_without_its_own_copy_keeps_the_object_contract_on_s3() {
+    // The default's PUT to S3 needs a body of known size.
+    let sdk = mediaonce::aws::load_sdk_config().await;
+    let s3 = mediaonce::aws::s3_client(&sdk);
+    let bucket = common::unique("conformance-nocopy");
+    s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    let client = common::counting::ReadCounter::new(S3Objects::new(s3));
+    object_contract(client, &bucket).await;
 }
 
 #[tokio::test]

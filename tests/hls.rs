@@ -7,21 +7,20 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use common::hls::{run_direct, run_direct_at, run_recipe, small_clip, step_in, tempdir};
 use common::media::{av_clip, clip, ffmpeg, upright_phone_clip};
 use common::ts::read_segment;
 use common::{Options, Pipeline};
 use std::sync::atomic::Ordering;
 
-use mediaonce::fingerprint::{fingerprint, FingerprintSource};
+use mediaonce::fingerprint::FingerprintSource;
 use mediaonce::handler::{JobReport, Outcome};
 use mediaonce::key::Recipe;
 use mediaonce::key::{job_key, sha256_hex};
-use mediaonce::step::{JobInput, JobOutputs, Manifest, Step, StepContext, StepError};
+use mediaonce::step::Manifest;
 use mediaonce::steps::ffmpeg::STOP_BEFORE_DEADLINE;
 use mediaonce::steps::hls::chunk_job::{ChunkParams, ChunkSegments, HlsChunk};
-use mediaonce::steps::hls::{Encoding, HlsPackage, HlsParams, SCRATCH_RESERVE_BYTES};
-use mediaonce::store::memory::InMemoryObjects;
-use mediaonce::store::{ObjectRef, ObjectStore};
+use mediaonce::steps::hls::{Encoding, HlsPackage, HlsParams};
 
 /// A media playlist: its target duration, segments and their durations.
 #[derive(Debug)]
@@ -369,102 +368,9 @@ async fn inputs_it_cannot_package_fail_their_job_with_the_reason() {
     assert!(job.reason.unwrap().contains("needs a video track"));
 }
 
-/// A 3 s clip of picture and sound, 320x240.
-fn small_clip() -> Vec<u8> {
-    std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap()
-}
-
 /// Params for the quickest real run: one 144-line rendition, ultrafast.
 fn one_quick_rung() -> serde_json::Value {
     serde_json::json!({"ladder": [144], "preset": "ultrafast"})
-}
-
-/// A scratch directory of the test's own.
-fn tempdir(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("hls-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// The step with the tests' ffmpeg and a scratch directory of its own.
-fn step_in(scratch: &str) -> HlsPackage {
-    HlsPackage {
-        ffmpeg: ffmpeg(),
-        scratch: tempdir(scratch),
-        scratch_reserve: SCRATCH_RESERVE_BYTES,
-    }
-}
-
-/// Runs the step directly on an in-memory store: (result, files left in
-/// scratch afterwards).
-async fn run_direct(
-    step: &HlsPackage,
-    input: &[u8],
-    params: serde_json::Value,
-    deadline_ms: Option<u64>,
-) -> Result<BTreeMap<String, Vec<u8>>, StepError> {
-    run_direct_at(
-        step,
-        input,
-        params,
-        deadline_ms,
-        &mediaonce::lease::SystemClock,
-    )
-    .await
-}
-
-/// [`run_direct`] on a worker whose clock is `clock`.
-async fn run_direct_at(
-    step: &HlsPackage,
-    input: &[u8],
-    params: serde_json::Value,
-    deadline_ms: Option<u64>,
-    clock: &dyn mediaonce::lease::Clock,
-) -> Result<BTreeMap<String, Vec<u8>>, StepError> {
-    let recipe = Recipe::from_value(&serde_json::json!({
-        "step": "hls-package", "version": 1, "params": params
-    }))
-    .unwrap();
-    run_recipe(step, input, &recipe, deadline_ms, clock).await
-}
-
-/// Runs `step` on `recipe` directly on an in-memory store (the input
-/// `in/clip.mp4`, the outputs under `out/job/`): its outputs.
-async fn run_recipe<S: Step>(
-    step: &S,
-    input: &[u8],
-    recipe: &Recipe,
-    deadline_ms: Option<u64>,
-    clock: &dyn mediaonce::lease::Clock,
-) -> Result<BTreeMap<String, Vec<u8>>, StepError> {
-    let objects = InMemoryObjects::new();
-    objects.insert("in", "clip.mp4", input, true);
-    let store = ObjectStore::new(objects.clone());
-    let object = ObjectRef {
-        bucket: "in".into(),
-        key: "clip.mp4".into(),
-        version_id: None,
-        if_match: None,
-    };
-    let head = store.head(&object).await.unwrap().unwrap();
-    let input = JobInput::new(store.clone(), head.clone(), fingerprint(&head));
-    let context = StepContext {
-        job_key: "direct",
-        recipe,
-        input: &input,
-        deadline_ms,
-        clock,
-    };
-    let mut outputs = JobOutputs::new(store, "out", "job/");
-    let params = step.params(&recipe.params).expect("valid params");
-    step.run(&params, &context, &mut outputs).await?;
-    Ok(objects
-        .keys("out", "job/")
-        .into_iter()
-        .map(|k| (k.clone(), objects.bytes("out", &k).unwrap()))
-        .collect())
 }
 
 /// A stand-in ffmpeg: a script that writes its own environment (as the
@@ -895,98 +801,4 @@ async fn a_chunk_job_writes_its_span_s_segments_and_their_summaries() {
             .contains("is not a span of this input's plan"),
         "{err}"
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_chunk_message_runs_its_span_once_and_refuses_what_it_cannot_trust() {
-    let package_params = serde_json::json!({"ladder": [144], "preset": "ultrafast",
-        "segment": 1, "chunk_seconds": 1, "min_seconds": 5});
-    let recipes = serde_json::json!([{"name": "hls", "step": "hls-package", "version": 1,
-        "params": package_params}]);
-    let p = Pipeline::new(Options {
-        recipes: Some(recipes.to_string()),
-        separate_output_bucket: true,
-        ..Options::default()
-    })
-    .await;
-    // The upload's own job: keyed by a SHA-256 mediaonce computed (and
-    // cached), its spans encoded one after another.
-    let bytes = small_clip();
-    let whole = package(&p, "clips/chunked.mp4", &bytes).await;
-    assert_eq!(whole.outcome, Outcome::Ran, "{whole:?}");
-    let input_hash = sha256_hex(&bytes);
-    let head =
-        p.s3.head_object()
-            .bucket(&p.bucket)
-            .key("clips/chunked.mp4")
-            .send()
-            .await
-            .unwrap();
-    let message = |input_hash: &str, parent: &str, recipe: &str| {
-        serde_json::json!({"mediaonce": "hls-chunk/1", "bucket": p.bucket,
-            "key": "clips/chunked.mp4", "versionId": null,
-            "eTag": head.e_tag().unwrap().trim_matches('"'), "size": bytes.len(),
-            "recipe": recipe, "inputHash": input_hash, "parent": parent,
-            "index": 1, "startMs": 1000, "endMs": 2000})
-        .to_string()
-    };
-    let body = message(&input_hash, &whole.job_key, "hls");
-
-    let report = p.handle(vec![p.send_raw(&body).await]).await;
-    let chunk = report.jobs().next().expect("the chunk's job").clone();
-    assert_eq!(
-        (chunk.outcome, chunk.step.as_str()),
-        (Outcome::Ran, "hls-chunk"),
-        "{report:?}"
-    );
-    assert!(report.response().batch_item_failures.is_empty());
-    let prefix = format!("derived/{}/", chunk.job_key);
-    let mut keys = p.output_keys(&prefix).await;
-    keys.sort();
-    assert_eq!(
-        keys,
-        ["144p/seg-00001.ts", "_manifest.json", "segments.json"]
-            .map(|name| format!("{prefix}{name}"))
-    );
-    // The span's segment, byte for byte the one the whole job wrote.
-    assert!(
-        p.output(&format!("{prefix}144p/seg-00001.ts")).await
-            == p.output(&format!("derived/{}/144p/seg-00001.ts", whole.job_key))
-                .await
-    );
-    // Again: reused, nothing runs.
-    let again = p.handle(vec![p.send_raw(&body).await]).await;
-    let reused = again.jobs().next().unwrap();
-    assert_eq!(
-        (reused.outcome, &reused.job_key),
-        (Outcome::Reused, &chunk.job_key)
-    );
-
-    // A hash that is not the version's, a parent that does not follow, a
-    // recipe that is not here: refused with the reason, nothing claimed.
-    let forged = "0".repeat(64);
-    for (body, why) in [
-        (
-            message(
-                &forged,
-                &job_key(&forged, &p.app.config.recipes[0].recipe_hash),
-                "hls",
-            ),
-            "is not",
-        ),
-        (
-            message(&input_hash, &forged, "hls"),
-            "is not the key of its input hash",
-        ),
-        (
-            message(&input_hash, &whole.job_key, "nope"),
-            "no hls-package recipe",
-        ),
-    ] {
-        let report = p.handle(vec![p.send_raw(&body).await]).await;
-        assert_eq!(report.jobs().count(), 0, "{report:?}");
-        assert_eq!(report.response().batch_item_failures.len(), 1);
-        let error = report.messages[0].error.clone().unwrap_or_default();
-        assert!(error.contains(why), "{error}");
-    }
 }

@@ -226,6 +226,7 @@ impl<'a> Downstream<'a> {
             job_key: &job.job_key,
             bytes: &bytes,
             fingerprint: &fingerprint,
+            queue_url: self.queue_url,
         };
         run.run_in(self.batch, added).await
     }

@@ -10,11 +10,12 @@
 //! is dead-lettered: it is not ours to drop); a version that changed or
 //! went is skipped (its own event runs what it needs).
 //!
-//! Chunk jobs are referenced by no version yet: the split that will send
-//! these messages also references its chunks (DESIGN.md, "Chunked HLS").
+//! A chunk that ended (done, or failed for good) settles its parent
+//! ([`super::split::settle_parent`]): the last to finish joins them.
 
 
 use super::job::{BatchJobs, JobRun};
+use super::split::settle_parent;
 use super::{App, Invocation, JobReport, MessageReport, Outcome};
 use crate::config::RecipeRule;
 use crate::fingerprint::{s3_checksum, Fingerprint, FingerprintSource};
@@ -30,11 +31,32 @@ pub(super) async fn process_chunk(
     app: &App,
     batch: &BatchJobs,
     invocation: &Invocation,
-    message_id: String,
+    (message_id, queue_url): (String, Option<&str>),
     chunk: &ChunkHandOn,
 ) -> MessageReport {
     let (jobs, error) = match chunk_job(app, batch, invocation, chunk).await {
-        Ok(report) => (vec![report], None),
+        Ok((report, package)) => {
+            let ended = matches!(
+                report.outcome,
+                Outcome::Ran | Outcome::Reused | Outcome::Poisoned
+            );
+            let settled = match package {
+                Some(package) if ended => {
+                    settle_parent(app, invocation, queue_url, package, &chunk.parent).await
+                }
+                _ => Ok("the chunk has not ended"),
+            };
+            match settled {
+                Ok(what) => {
+                    tracing::info!(message_id, parent = chunk.parent, index = chunk.index, settled = what, "chunk settled");
+                    (vec![report], None)
+                }
+                Err(error) => {
+                    tracing::warn!(message_id, parent = chunk.parent, index = chunk.index, error, "settling the chunk's parent failed: the message comes back");
+                    (vec![report], Some(error))
+                }
+            }
+        }
         Err(error) => {
             tracing::error!(message_id, error, "chunk message refused");
             (Vec::new(), Some(error))
@@ -47,12 +69,14 @@ pub(super) async fn process_chunk(
     }
 }
 
-async fn chunk_job(
-    app: &App,
+/// The chunk's job report, and its package recipe when the job was
+/// claimed or read (not skipped).
+async fn chunk_job<'a>(
+    app: &'a App,
     batch: &BatchJobs,
     invocation: &Invocation,
     chunk: &ChunkHandOn,
-) -> Result<JobReport, String> {
+) -> Result<(JobReport, Option<&'a RecipeRule>), String> {
     let package = app
         .config
         .recipes
@@ -80,11 +104,9 @@ async fn chunk_job(
     let head = match app.store.head(&object).await {
         Ok(Some(head)) if head.etag.trim_matches('"') == chunk.etag => head,
         Ok(_) => {
-            return Ok(skipped(
-                package,
-                &chunk.parent,
-                format!("{object} is gone or holds other bytes: its own event runs what it needs"),
-            ))
+            let reason =
+                format!("{object} is gone or holds other bytes: its own event runs what it needs");
+            return Ok((skipped(package, &chunk.parent, reason), None));
         }
         Err(err) => return Err(err.to_string()),
     };
@@ -107,8 +129,10 @@ async fn chunk_job(
         job_key: &key,
         bytes: &bytes,
         fingerprint: &fingerprint,
+        // A chunk is never split again.
+        queue_url: None,
     };
-    Ok(run.run_in(batch, &[]).await)
+    Ok((run.run_in(batch, &[]).await, Some(package)))
 }
 
 /// The input hash of a version that S3 or mediaonce computed: S3's

@@ -143,6 +143,12 @@ impl App {
         if let Some(kept) = self.keep_if_referenced(&row, &owner).await? {
             return Ok(kept);
         }
+        // A split job's chunks go with it, and its waiting versions are
+        // handed on (they split it anew).
+        if let Err(error) = super::split::release_split(self, &row, None).await {
+            self.defer_collection(&row, &owner).await;
+            return Err(format!("collecting {job_key}: {error}"));
+        }
         match self.start_deleting(&row, &owner).await {
             Ok(()) => {}
             Err(error) => {

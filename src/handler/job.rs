@@ -13,7 +13,9 @@ use super::{lock, App, Invocation, JobReport, Outcome};
 use crate::config::{split_s3_location, RecipeRule};
 use crate::fingerprint::Fingerprint;
 use crate::ledger::{poison_reason, Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger};
-use crate::step::{JobInput, JobOutputs, Manifest, ObjectBytes, StepContext, StepError};
+use crate::step::{
+    ChunkSpan, JobInput, JobOutputs, Manifest, ObjectBytes, StepContext, StepError,
+};
 
 /// Jobs seen in this batch, so that one key is claimed once, and input
 /// hashes found, so that one object version is hashed once (a duplicated
@@ -61,9 +63,39 @@ pub(super) struct JobRun<'a> {
     /// already when hashing them keyed the job).
     pub bytes: &'a Arc<ObjectBytes>,
     pub fingerprint: &'a Fingerprint,
+    /// The queue the job's message came from: where a split job's chunks
+    /// go unless `MEDIAONCE_CHUNK_QUEUE_URL` says otherwise. `None`: no
+    /// job of this message is split.
+    pub queue_url: Option<&'a str>,
 }
 
-impl JobRun<'_> {
+/// A job's reports: what every one of them says.
+pub(super) struct Reporter {
+    job_key: String,
+    recipe: String,
+    step: String,
+    source: crate::fingerprint::FingerprintSource,
+    started: Instant,
+}
+
+impl Reporter {
+    pub fn of(&self, outcome: Outcome, attempt: u64, reason: Option<String>) -> JobReport {
+        JobReport {
+            job_key: self.job_key.clone(),
+            recipe: self.recipe.clone(),
+            step: self.step.clone(),
+            outcome,
+            attempt,
+            duration_ms: elapsed_ms(self.started),
+            reason,
+            busy_until_ms: None,
+            input_hash_source: Some(self.source),
+            outputs: None,
+        }
+    }
+}
+
+impl<'a> JobRun<'a> {
     /// Runs the job once per batch ([`JobRun::run`]); another record of
     /// the batch carrying it shares that report. When this record's
     /// reference (`added`) was written after that run read the job, the
@@ -94,10 +126,10 @@ impl JobRun<'_> {
             invocation,
             rule,
             job_key,
-            bytes,
             fingerprint,
+            ..
         } = self;
-        let started = Instant::now();
+        let report = self.reporter();
         let now = app.now_ms();
         let request = ClaimRequest {
             job_key: job_key.to_string(),
@@ -109,23 +141,11 @@ impl JobRun<'_> {
             now_ms: now,
             max_attempts: app.config.max_attempts,
         };
-        let report = |outcome, attempt, reason: Option<String>| JobReport {
-            job_key: job_key.to_string(),
-            recipe: rule.name.clone(),
-            step: rule.recipe.step.clone(),
-            outcome,
-            attempt,
-            duration_ms: elapsed_ms(started),
-            reason,
-            busy_until_ms: None,
-            input_hash_source: Some(fingerprint.source),
-            outputs: None,
-        };
         if let Some(reason) = app.too_late_to_start(invocation, app.start_margin(rule)) {
-            return report(Outcome::Deferred, 0, Some(reason));
+            return report.of(Outcome::Deferred, 0, Some(reason));
         }
-        let claim = match app.ledger.claim(&request).await {
-            Err(err) => return report(Outcome::Failed, 0, Some(err.to_string())),
+        match app.ledger.claim(&request).await {
+            Err(err) => report.of(Outcome::Failed, 0, Some(err.to_string())),
             Ok(ClaimOutcome::Done(row)) => {
                 if row.output_prefix != request.output_prefix {
                     // Made under another configuration: reused where it is.
@@ -136,39 +156,63 @@ impl JobRun<'_> {
                         "the job's outputs are where an earlier configuration put them"
                     );
                 }
-                return JobReport {
+                JobReport {
                     outputs: Some(row.output_prefix),
-                    ..report(Outcome::Reused, row.attempts, None)
-                };
-            }
-            Ok(ClaimOutcome::Busy(row)) => {
-                return JobReport {
-                    busy_until_ms: Some(row.lease_until_ms),
-                    ..report(
-                        Outcome::Busy,
-                        row.attempts,
-                        Some(format!("held until {} ms", row.lease_until_ms)),
-                    )
+                    ..report.of(Outcome::Reused, row.attempts, None)
                 }
             }
-            Ok(ClaimOutcome::Poisoned(row)) => {
-                return report(Outcome::Poisoned, row.attempts, Some(poison_reason(&row)));
+            Ok(ClaimOutcome::Busy(row)) if row.split.is_some() => {
+                self.wait_for_split(&row, &report).await
             }
-            Ok(ClaimOutcome::Run(claim)) => claim,
-        };
+            Ok(ClaimOutcome::Busy(row)) => JobReport {
+                busy_until_ms: Some(row.lease_until_ms),
+                ..report.of(
+                    Outcome::Busy,
+                    row.attempts,
+                    Some(format!("held until {} ms", row.lease_until_ms)),
+                )
+            },
+            Ok(ClaimOutcome::Poisoned(row)) => {
+                report.of(Outcome::Poisoned, row.attempts, Some(poison_reason(&row)))
+            }
+            Ok(ClaimOutcome::Run(claim)) => self.run_claimed(&claim, &report).await,
+        }
+    }
 
+    /// How this job's reports begin: its key, recipe and input hash, and
+    /// the time since now.
+    pub(super) fn reporter(self) -> Reporter {
+        Reporter {
+            job_key: self.job_key.to_string(),
+            recipe: self.rule.name.clone(),
+            step: self.rule.recipe.step.clone(),
+            source: self.fingerprint.source,
+            started: Instant::now(),
+        }
+    }
+
+    /// A claim won: the job split into chunks, or run here; its input
+    /// replaced meanwhile releases the claim.
+    async fn run_claimed(self, claim: &Claim, report: &Reporter) -> JobReport {
+        let app = self.app;
         // The row's location: a takeover writes where the first attempt did.
         let Some((output_bucket, prefix)) = split_s3_location(&claim.output_prefix) else {
             let error = format!(
                 "the job row's output_prefix {:?} is not an s3://bucket/prefix/ location",
                 claim.output_prefix
             );
-            let _ = app.ledger.finish_failed(&claim, &error, app.now_ms()).await;
-            return report(Outcome::Failed, claim.attempt, Some(error));
+            let _ = app.ledger.finish_failed(claim, &error, app.now_ms()).await;
+            return report.of(Outcome::Failed, claim.attempt, Some(error));
         };
-        let input = JobInput::of(bytes.clone(), fingerprint.clone());
+        let input = JobInput::of(self.bytes.clone(), self.fingerprint.clone());
         let mut outputs = JobOutputs::new(app.store.clone(), output_bucket, prefix);
-        let result = self.run_step(&input, &mut outputs).await;
+        let result = match self.split(&input).await {
+            Ok(Some((spans, queue_url))) => {
+                return self.coordinate(claim, &spans, queue_url, report).await
+            }
+            Ok(None) => self.run_step(&input, &mut outputs).await,
+            Err(err) => Err(err),
+        };
         if input.was_replaced() {
             // The object changed between the head and a read: what was read
             // may mix two objects and the key names the old bytes. Nothing is
@@ -179,13 +223,13 @@ impl JobRun<'_> {
                 input.object(),
                 input.head.etag
             );
-            return match app.ledger.release(&claim).await {
+            return match app.ledger.release(claim).await {
                 // Released, or taken over meanwhile (the successor's run stands).
                 Ok(()) | Err(FinishError::LostLease(_)) => {
-                    report(Outcome::Skipped, claim.attempt, Some(why))
+                    report.of(Outcome::Skipped, claim.attempt, Some(why))
                 }
                 // The claim stays until its lease ends; the message comes back.
-                Err(err) => report(
+                Err(err) => report.of(
                     Outcome::Failed,
                     claim.attempt,
                     Some(format!("{why}; releasing the claim failed: {err}")),
@@ -201,37 +245,56 @@ impl JobRun<'_> {
             Err(err) => (Outcome::Failed, Some(err.to_string())),
         };
         let done = result.is_ok();
-        match finish(&app.ledger, &claim, result.err(), app.now_ms()).await {
+        match finish(&app.ledger, claim, result.err(), app.now_ms()).await {
             Ok(()) => JobReport {
                 outputs: done.then(|| claim.output_prefix.clone()),
-                ..report(outcome, claim.attempt, reason)
+                ..report.of(outcome, claim.attempt, reason)
             },
-            Err(FinishError::LostLease(_)) => report(
+            Err(FinishError::LostLease(_)) => report.of(
                 Outcome::Busy,
                 claim.attempt,
                 Some("lease lost to another worker before finishing; its result stands".into()),
             ),
-            Err(err) => report(Outcome::Failed, claim.attempt, Some(err.to_string())),
+            Err(err) => report.of(Outcome::Failed, claim.attempt, Some(err.to_string())),
         }
+    }
+
+    /// The step's context for a run over `input`.
+    fn context<'c>(&'c self, input: &'c JobInput) -> StepContext<'c> {
+        StepContext {
+            job_key: self.job_key,
+            recipe: &self.rule.recipe,
+            input,
+            deadline_ms: self.invocation.deadline_ms,
+            clock: self.app.clock.as_ref(),
+        }
+    }
+
+    /// The chunks the step splits this job into, and the queue they go to
+    /// (`MEDIAONCE_CHUNK_QUEUE_URL`, else the message's own); `None`: it
+    /// runs here (a step that does not split, an input short enough, or no
+    /// queue to hand chunks on to).
+    async fn split(
+        &self,
+        input: &JobInput,
+    ) -> Result<Option<(Vec<ChunkSpan>, &'a str)>, StepError> {
+        let Some(queue_url) = self.app.config.chunk_queue_url.as_deref().or(self.queue_url) else {
+            return Ok(None);
+        };
+        let context = self.context(input);
+        Ok(self
+            .rule
+            .step
+            .split(&context)
+            .await?
+            .map(|spans| (spans, queue_url)))
     }
 
     /// Runs the step and writes the manifest after it. A panicking step is a
     /// failed job, not a lost claim.
     async fn run_step(self, input: &JobInput, outputs: &mut JobOutputs) -> Result<(), StepError> {
-        let JobRun {
-            app,
-            invocation,
-            rule,
-            job_key,
-            ..
-        } = self;
-        let context = StepContext {
-            job_key,
-            recipe: &rule.recipe,
-            input,
-            deadline_ms: invocation.deadline_ms,
-            clock: app.clock.as_ref(),
-        };
+        let JobRun { rule, job_key, .. } = self;
+        let context = self.context(input);
         AssertUnwindSafe(rule.step.run(&context, outputs))
             .catch_unwind()
             .await
@@ -282,7 +345,7 @@ async fn confirm_done(app: &App, report: JobReport) -> JobReport {
     }
 }
 
-async fn finish(
+pub(super) async fn finish(
     ledger: &Ledger,
     claim: &Claim,
     error: Option<StepError>,

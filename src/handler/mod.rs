@@ -13,6 +13,8 @@
 //!   by the upstream manifest, referenced, run or handed on;
 //! - [`chunk`]: a chunk message: one span of an `hls-package` job, run as
 //!   a job of its own;
+//! - [`split`]: a job split into chunk jobs: coordinated, waited for,
+//!   joined when its chunks end, and its end handed on;
 //! - [`references`]: after a create's jobs, the version's references; a
 //!   removal's release;
 //! - [`outputs`]: where an object's outputs are (`mediaonce outputs`);
@@ -54,6 +56,7 @@ mod outputs;
 mod rebuild;
 mod record;
 mod references;
+mod split;
 
 pub use batch::handle_batch;
 pub use collect::Collected;

@@ -154,6 +154,17 @@ impl App {
 
     /// A job's manifest, if it has been written: one GET, a 404 is none.
     async fn manifest(&self, bucket: &str, key: &str) -> Result<Option<Manifest>, String> {
+        self.json_object(bucket, key, "a manifest").await
+    }
+
+    /// A JSON object one of our jobs wrote (`what` it should be, for the
+    /// error), if it exists: one GET, a 404 is none.
+    pub(super) async fn json_object<T: serde::de::DeserializeOwned>(
+        &self,
+        bucket: &str,
+        key: &str,
+        what: &str,
+    ) -> Result<Option<T>, String> {
         let object = ObjectRef {
             bucket: bucket.to_string(),
             key: key.to_string(),
@@ -172,7 +183,7 @@ impl App {
             .into_bytes();
         serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|e| format!("s3://{bucket}/{key} is not a manifest: {e}"))
+            .map_err(|e| format!("s3://{bucket}/{key} is not {what}: {e}"))
     }
 }
 

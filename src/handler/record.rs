@@ -33,7 +33,8 @@ pub(super) async fn process_body(
     let records = match parse_body(body) {
         Ok(Notification::Records(records)) => records,
         Ok(Notification::Chunk(chunk)) => {
-            return super::chunk::process_chunk(app, batch, invocation, message_id, &chunk).await;
+            return super::chunk::process_chunk(app, batch, invocation, (message_id, queue_url), &chunk)
+                .await;
         }
         Ok(Notification::TestEvent) => {
             tracing::info!(message_id, "s3:TestEvent acknowledged");
@@ -270,7 +271,7 @@ async fn run_pipeline(
         let reason = format!("{stale}: its outputs are not referenced by this version");
         return (unclaimed.report(Some(fingerprint), Outcome::Skipped, &reason), None);
     }
-    let mut reports = run_jobs(app, batch, invocation, rules, identified, &referenced.added).await;
+    let mut reports = run_jobs(app, batch, invocation, queue_url, rules, identified, &referenced.added).await;
     if rules.iter().any(|rule| !app.config.chained_to(rule).is_empty()) {
         let roots = rules.iter().copied().zip(reports.iter().cloned()).collect();
         let downstream = Downstream {
@@ -297,6 +298,7 @@ async fn run_jobs(
     app: &App,
     batch: &BatchJobs,
     invocation: &Invocation,
+    queue_url: Option<&str>,
     rules: &[&RecipeRule],
     identified: &Identified,
     added: &[String],
@@ -312,6 +314,7 @@ async fn run_jobs(
             job_key: &job_key,
             bytes: &identified.bytes,
             fingerprint,
+            queue_url,
         };
         reports.push(run.run_in(batch, added).await);
     }
@@ -392,7 +395,7 @@ async fn reconcile_every_version(app: &App, marker: &VersionName) -> Result<Vec<
 /// scheduled event) collects them when their grace has passed. A failed
 /// collection is logged, backed off and counted (`CollectionFailures`):
 /// the sweep finishes it.
-async fn collect_now(app: &App, released: &[String]) {
+pub(super) async fn collect_now(app: &App, released: &[String]) {
     if !app.config.gc_grace.is_zero() {
         return;
     }

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 
 use super::{
     Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, Contention, DeferCollect, Finish,
-    JobRow, LedgerError, LedgerTable, RefWrite,
+    JobRow, LedgerError, LedgerTable, RefWrite, SplitWrite,
 };
 use crate::identity::ObjectVersion;
 use crate::references::{partition_of, RefChange, RefItem, VersionName, VersionRefs};
@@ -391,5 +391,36 @@ impl LedgerTable for ContendedTable {
     async fn seal_refs(&self, row: &JobRow, now_ms: u64) -> Result<Conditional<()>, LedgerError> {
         self.write("UpdateItem", &row.job_key)?;
         self.inner.seal_refs(row, now_ms).await
+    }
+
+    async fn write_split(
+        &self,
+        job_key: &str,
+        write: SplitWrite<'_>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.write("UpdateItem", job_key)?;
+        self.inner.write_split(job_key, write, now_ms).await
+    }
+
+    /// Each item a write of its own partition, as BatchWriteItem's are
+    /// (not a transaction: nothing is held).
+    async fn write_holder_refs(
+        &self,
+        holder: &str,
+        add: &[String],
+        remove: &[String],
+        now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        for job_key in add.iter().chain(remove) {
+            let item = RefItem {
+                job_key: job_key.clone(),
+                version_row: holder.to_string(),
+            };
+            self.write("BatchWriteItem", &item.partition())?;
+        }
+        self.inner
+            .write_holder_refs(holder, add, remove, now_ms)
+            .await
     }
 }

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 use aws_sdk_dynamodb::Client;
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::TransactWriteItem;
+use aws_sdk_dynamodb::types::{DeleteRequest, PutRequest, TransactWriteItem, WriteRequest};
 
 use crate::identity::ObjectVersion;
 use crate::references::{
@@ -23,7 +23,7 @@ use super::items::{
 
 use super::{
     attr, max_runs, Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, Contention,
-    DeferCollect, Finish, JobRow, JobStatus, LedgerError, LedgerTable, RefWrite,
+    DeferCollect, Finish, JobRow, JobStatus, LedgerError, LedgerTable, RefWrite, SplitWrite,
 };
 
 /// When a row is due for collection ([`super::collectable`]): the
@@ -840,6 +840,162 @@ impl LedgerTable for DynamoDbTable {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         self.send_conditional(&row.job_key, update).await
     }
+
+    async fn write_split(
+        &self,
+        job_key: &str,
+        write: SplitWrite<'_>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::JOB_KEY, s(job_key))
+            .expression_attribute_names("#status", attr::STATUS)
+            .expression_attribute_names("#chunks", attr::SPLIT_CHUNKS)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        let running = |update: UpdateItemFluentBuilder| {
+            update.expression_attribute_values(":running", s(JobStatus::Running.as_str()))
+        };
+        let waiter = |update: UpdateItemFluentBuilder, waiter: &str| {
+            update
+                .expression_attribute_names("#waiters", attr::SPLIT_WAITERS)
+                .expression_attribute_values(
+                    ":waiter",
+                    AttributeValue::Ss(vec![waiter.to_string()]),
+                )
+        };
+        let update = match write {
+            SplitWrite::Coordinate {
+                owner,
+                chunks,
+                lease_until_ms,
+                waiter: who,
+            } => waiter(running(update), who)
+                .update_expression(
+                    "SET #chunks = :chunks, #joining = :false, #lease = :lease, #updated = :now \
+                     ADD #waiters :waiter",
+                )
+                .condition_expression("#owner = :me AND #status = :running")
+                .expression_attribute_names("#joining", attr::SPLIT_JOINING)
+                .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
+                .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
+                .expression_attribute_names("#owner", attr::OWNER)
+                .expression_attribute_values(
+                    ":chunks",
+                    AttributeValue::L(chunks.iter().map(|c| s(c)).collect()),
+                )
+                .expression_attribute_values(":false", AttributeValue::Bool(false))
+                .expression_attribute_values(":lease", n(lease_until_ms))
+                .expression_attribute_values(":now", n(now_ms))
+                .expression_attribute_values(":me", s(owner)),
+            SplitWrite::Wait { waiter: who } => waiter(running(update), who)
+                .update_expression("ADD #waiters :waiter")
+                .condition_expression("#status = :running AND attribute_exists(#chunks)"),
+            SplitWrite::Join {
+                seen_owner,
+                owner,
+                lease_until_ms,
+            } => running(update)
+                .update_expression(
+                    "SET #owner = :owner, #lease = :lease, #joining = :true, #updated = :now",
+                )
+                .condition_expression(
+                    "#owner = :seen AND #status = :running AND attribute_exists(#chunks) \
+                     AND (#joining = :false OR #lease <= :now)",
+                )
+                .expression_attribute_names("#owner", attr::OWNER)
+                .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
+                .expression_attribute_names("#joining", attr::SPLIT_JOINING)
+                .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
+                .expression_attribute_values(":owner", s(owner))
+                .expression_attribute_values(":seen", s(seen_owner))
+                .expression_attribute_values(":lease", n(lease_until_ms))
+                .expression_attribute_values(":true", AttributeValue::Bool(true))
+                .expression_attribute_values(":false", AttributeValue::Bool(false))
+                .expression_attribute_values(":now", n(now_ms)),
+            SplitWrite::End { seen_owner } => update
+                .update_expression("REMOVE #chunks, #joining, #waiters")
+                .condition_expression(
+                    "#owner = :seen AND (#status = :done OR #status = :failed) \
+                     AND attribute_exists(#chunks)",
+                )
+                .expression_attribute_names("#owner", attr::OWNER)
+                .expression_attribute_names("#joining", attr::SPLIT_JOINING)
+                .expression_attribute_names("#waiters", attr::SPLIT_WAITERS)
+                .expression_attribute_values(":seen", s(seen_owner))
+                .expression_attribute_values(":done", s(JobStatus::Done.as_str()))
+                .expression_attribute_values(":failed", s(JobStatus::Failed.as_str())),
+        };
+        self.send_conditional(job_key, update).await
+    }
+
+    async fn write_holder_refs(
+        &self,
+        holder: &str,
+        add: &[String],
+        remove: &[String],
+        now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        let malformed = |problem: String| LedgerError::MalformedRow {
+            table: self.refs_table.clone(),
+            job_key: holder.to_string(),
+            problem,
+        };
+        let item = |job_key: &String| RefItem {
+            job_key: job_key.clone(),
+            version_row: holder.to_string(),
+        };
+        let mut requests = Vec::with_capacity(add.len() + remove.len());
+        for job_key in add {
+            let put = ref_item_put(&self.refs_table, &item(job_key), now_ms).map_err(malformed)?;
+            let request = PutRequest::builder()
+                .set_item(Some(put.item().clone()))
+                .build()
+                .map_err(|e| malformed(e.to_string()))?;
+            requests.push(WriteRequest::builder().put_request(request).build());
+        }
+        for job_key in remove {
+            let item = item(job_key);
+            let request = DeleteRequest::builder()
+                .key(ref_item_attr::JOB_SHARD, s(&item.partition()))
+                .key(ref_item_attr::VERSION, s(&item.version_row))
+                .build()
+                .map_err(|e| malformed(e.to_string()))?;
+            requests.push(WriteRequest::builder().delete_request(request).build());
+        }
+        // 25 requests a call; what DynamoDB leaves unprocessed is sent
+        // again (a throttled partition), a bounded number of times.
+        for batch in requests.chunks(25) {
+            let mut pending = batch.to_vec();
+            for _ in 0..8 {
+                if pending.is_empty() {
+                    break;
+                }
+                let output = self
+                    .client
+                    .batch_write_item()
+                    .request_items(&self.refs_table, pending)
+                    .send()
+                    .await
+                    .map_err(|e| self.refs_error("BatchWriteItem", e))?;
+                pending = output
+                    .unprocessed_items()
+                    .and_then(|items| items.get(&self.refs_table))
+                    .cloned()
+                    .unwrap_or_default();
+            }
+            if !pending.is_empty() {
+                return Err(LedgerError::Contended {
+                    operation: "BatchWriteItem",
+                    table: self.refs_table.clone(),
+                    contention: Contention::Throttled,
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 impl DynamoDbTable {
@@ -909,6 +1065,11 @@ mod tests {
             deletes_started_at_ms: Some(4),
             collect_failures: 2,
             collect_retry_at_ms: Some(7),
+            split: Some(super::super::JobSplit {
+                chunks: vec!["c0".into(), "c1".into()],
+                joining: true,
+                waiters: ["{\"mediaonce\":\"pipeline/1\"}".to_string()].into(),
+            }),
         }
     }
 

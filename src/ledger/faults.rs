@@ -15,7 +15,7 @@ use crate::faults::{Call, FaultPlan};
 use crate::identity::ObjectVersion;
 use crate::references::{RefChange, VersionName, VersionRefs};
 
-use super::{CollectDue, CollectRequest, DeferCollect, RefWrite};
+use super::{CollectDue, CollectRequest, DeferCollect, RefWrite, SplitWrite};
 
 #[derive(Debug, Clone)]
 pub struct FaultyTable {
@@ -294,5 +294,29 @@ impl LedgerTable for FaultyTable {
         self.enter(Call::SealRefs, "UpdateItem", &row.job_key)
             .await?;
         self.inner.seal_refs(row, now_ms).await
+    }
+
+    async fn write_split(
+        &self,
+        job_key: &str,
+        write: SplitWrite<'_>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.enter(Call::WriteSplit, "UpdateItem", job_key).await?;
+        self.inner.write_split(job_key, write, now_ms).await
+    }
+
+    async fn write_holder_refs(
+        &self,
+        holder: &str,
+        add: &[String],
+        remove: &[String],
+        now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        self.enter(Call::WriteHolderRefs, "BatchWriteItem", holder)
+            .await?;
+        self.inner
+            .write_holder_refs(holder, add, remove, now_ms)
+            .await
     }
 }

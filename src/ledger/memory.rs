@@ -11,7 +11,9 @@ use super::{
 use crate::identity::ObjectVersion;
 use crate::references::{RefChange, VersionName, VersionRefs};
 
-use super::{collectable, unsealed, CollectDue, CollectRequest, DeferCollect, RefWrite};
+use super::{
+    collectable, unsealed, CollectDue, CollectRequest, DeferCollect, JobSplit, RefWrite, SplitWrite,
+};
 
 #[derive(Debug, Default)]
 pub struct InMemoryTable {
@@ -426,5 +428,86 @@ impl LedgerTable for InMemoryTable {
         row.free_mark = Some(super::seal_mark(&seen.job_key, now_ms));
         row.released_at_ms = Some(now_ms);
         Ok(Conditional::Applied(()))
+    }
+
+    async fn write_split(
+        &self,
+        job_key: &str,
+        write: SplitWrite<'_>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        let mut rows = self.rows();
+        let Some(row) = rows.get_mut(job_key) else {
+            return Ok(Conditional::Rejected(None));
+        };
+        let running = row.status == JobStatus::Running;
+        match write {
+            SplitWrite::Coordinate {
+                owner,
+                chunks,
+                lease_until_ms,
+                waiter,
+            } => {
+                if !running || row.owner != owner {
+                    return Ok(Conditional::Rejected(Some(row.clone())));
+                }
+                let split = row.split.get_or_insert_with(JobSplit::default);
+                split.chunks = chunks.to_vec();
+                split.joining = false;
+                split.waiters.insert(waiter.to_string());
+                row.lease_until_ms = lease_until_ms;
+            }
+            SplitWrite::Wait { waiter } => match &mut row.split {
+                Some(split) if running => {
+                    split.waiters.insert(waiter.to_string());
+                    return Ok(Conditional::Applied(()));
+                }
+                _ => return Ok(Conditional::Rejected(Some(row.clone()))),
+            },
+            SplitWrite::Join {
+                seen_owner,
+                owner,
+                lease_until_ms,
+            } => {
+                let lapsed = !crate::lease::is_live(row.lease_until_ms, now_ms);
+                match &mut row.split {
+                    Some(split)
+                        if running && row.owner == seen_owner && (!split.joining || lapsed) =>
+                    {
+                        split.joining = true;
+                    }
+                    _ => return Ok(Conditional::Rejected(Some(row.clone()))),
+                }
+                row.owner = owner.to_string();
+                row.lease_until_ms = lease_until_ms;
+            }
+            SplitWrite::End { seen_owner } => {
+                let ended = matches!(row.status, JobStatus::Done | JobStatus::Failed);
+                if !ended || row.owner != seen_owner || row.split.is_none() {
+                    return Ok(Conditional::Rejected(Some(row.clone())));
+                }
+                row.split = None;
+                return Ok(Conditional::Applied(()));
+            }
+        }
+        row.updated_at_ms = now_ms;
+        Ok(Conditional::Applied(()))
+    }
+
+    async fn write_holder_refs(
+        &self,
+        holder: &str,
+        add: &[String],
+        remove: &[String],
+        _now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        let mut refs = self.refs();
+        for job_key in add {
+            refs.insert((job_key.clone(), holder.to_string()));
+        }
+        for job_key in remove {
+            refs.remove(&(job_key.clone(), holder.to_string()));
+        }
+        Ok(())
     }
 }

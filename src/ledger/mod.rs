@@ -54,6 +54,13 @@ pub mod attr {
     pub const COLLECT_RETRY_AT_MS: &str = "collect_retry_at_ms";
     /// A collection began deleting the outputs (epoch ms).
     pub const DELETES_STARTED_AT_MS: &str = "deletes_started_at_ms";
+    /// A split job's chunk keys, in order (a list).
+    pub const SPLIT_CHUNKS: &str = "split_chunks";
+    /// A split job is being joined (by its owner, until its lease ends).
+    pub const SPLIT_JOINING: &str = "split_joining";
+    /// The versions waiting for a split job, as hand-on message bodies (a
+    /// string set).
+    pub const SPLIT_WAITERS: &str = "split_waiters";
 }
 
 /// Stored errors are cut to this many characters.
@@ -127,6 +134,54 @@ pub struct JobRow {
     pub collect_failures: u64,
     /// A failed collection backs off: no collection starts before this.
     pub collect_retry_at_ms: Option<u64>,
+    /// The job was split into chunk jobs (DESIGN.md, "Chunked HLS"): kept
+    /// until its end was handed on to its waiters and its chunks released.
+    pub split: Option<JobSplit>,
+}
+
+/// A split job's chunks and waiters, on its row.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct JobSplit {
+    /// The chunk jobs' keys, in the plan's order.
+    pub chunks: Vec<String>,
+    /// The row's owner is joining the chunks (not the coordinator).
+    pub joining: bool,
+    /// The versions to hand on when the job ends: hand-on message bodies.
+    pub waiters: std::collections::BTreeSet<String>,
+}
+
+/// At most this many versions wait on one split job (the row's size:
+/// about 300 bytes each, under DynamoDB's 400 KB item): more are busy and
+/// come back.
+pub const MAX_SPLIT_WAITERS: usize = 500;
+
+/// A write to a split job's row ([`LedgerTable::write_split`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitWrite<'a> {
+    /// The claim's run becomes a split: its chunks recorded (not
+    /// joining), its lease set, `waiter` added. Conditioned on the claim's
+    /// owner and `running`.
+    Coordinate {
+        owner: &'a str,
+        chunks: &'a [String],
+        lease_until_ms: u64,
+        waiter: &'a str,
+    },
+    /// A version waits for the job: `waiter` added, conditioned on
+    /// `running` with a split.
+    Wait { waiter: &'a str },
+    /// Its chunks are all terminal: `owner` takes the row to join them
+    /// (joining, its lease), conditioned on `running` with a split, the
+    /// owner `seen_owner`, and not joining or its lease passed. Runs are
+    /// not counted: the coordinator's work goes on.
+    Join {
+        seen_owner: &'a str,
+        owner: &'a str,
+        lease_until_ms: u64,
+    },
+    /// The job's end was handed on and its chunks released: the split is
+    /// removed, conditioned on `done` or `failed` with `seen_owner`.
+    End { seen_owner: &'a str },
 }
 
 /// How a claim ends.
@@ -576,6 +631,26 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
     /// sweep looks at its references, conditioned on `done` and no
     /// `ref_items`.
     async fn seal_refs(&self, row: &JobRow, now_ms: u64) -> Result<Conditional<()>, LedgerError>;
+
+    /// UpdateItem of a split job's row, as [`SplitWrite`] says.
+    async fn write_split(
+        &self,
+        job_key: &str,
+        write: SplitWrite<'_>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError>;
+
+    /// BatchWriteItem of reference items held by `holder` (not a version:
+    /// a split job's `split#<key>`), put for `add` and deleted for
+    /// `remove`, unconditional, 25 at a time, each batch's unprocessed
+    /// items sent again.
+    async fn write_holder_refs(
+        &self,
+        holder: &str,
+        add: &[String],
+        remove: &[String],
+        now_ms: u64,
+    ) -> Result<(), LedgerError>;
 }
 
 /// Whether a done row's references are not known to be items: it was
@@ -980,6 +1055,45 @@ impl Ledger {
         self.call().seal_refs(row, now_ms).await
     }
 
+    /// Writes a split job's row ([`SplitWrite`]).
+    pub async fn write_split(
+        &self,
+        job_key: &str,
+        write: SplitWrite<'_>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.retrying(|| self.call().write_split(job_key, write, now_ms))
+            .await
+    }
+
+    /// References `jobs` from `holder` (a split job's chunks).
+    pub async fn hold(
+        &self,
+        holder: &str,
+        jobs: &[String],
+        now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        self.retrying(|| self.call().write_holder_refs(holder, jobs, &[], now_ms))
+            .await
+    }
+
+    /// Deletes `holder`'s references to `jobs`, each job marked first (as
+    /// a version's release marks its jobs): the sweep then reads their
+    /// references.
+    pub async fn release_held(
+        &self,
+        holder: &str,
+        jobs: &[String],
+        now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        let nonce = format!("{holder}/{now_ms}");
+        for job_key in jobs {
+            self.mark_released(job_key, &nonce, now_ms).await?;
+        }
+        self.retrying(|| self.call().write_holder_refs(holder, &[], jobs, now_ms))
+            .await
+    }
+
     /// Applies a change to a version's references (one transaction).
     pub async fn change_refs(
         &self,
@@ -1015,6 +1129,7 @@ impl Ledger {
             deletes_started_at_ms: None,
             collect_failures: 0,
             collect_retry_at_ms: None,
+            split: None,
         };
         // A consistent read first: a done job (a popular content's, read
         // thousands of times a second) is reused without a write to its

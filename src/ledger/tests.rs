@@ -21,6 +21,7 @@ fn row(status: JobStatus, lease_until_ms: u64) -> JobRow {
         deletes_started_at_ms: None,
         collect_failures: 0,
         collect_retry_at_ms: None,
+        split: None,
     }
 }
 
@@ -286,6 +287,25 @@ impl LedgerTable for DeletedInBetween {
 
     async fn seal_refs(&self, row: &JobRow, now_ms: u64) -> Result<Conditional<()>, LedgerError> {
         self.inner.seal_refs(row, now_ms).await
+    }
+    async fn write_split(
+        &self,
+        job_key: &str,
+        write: super::SplitWrite<'_>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.inner.write_split(job_key, write, now_ms).await
+    }
+    async fn write_holder_refs(
+        &self,
+        holder: &str,
+        add: &[String],
+        remove: &[String],
+        now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        self.inner
+            .write_holder_refs(holder, add, remove, now_ms)
+            .await
     }
 }
 

@@ -15,7 +15,7 @@ use crate::identity::ObjectVersion;
 use crate::ledger::memory::InMemoryTable;
 use crate::ledger::{
     Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, DeferCollect, Finish, JobRow,
-    LedgerError, LedgerTable, RefWrite,
+    LedgerError, LedgerTable, RefWrite, SplitWrite,
 };
 use crate::references::{RefChange, VersionName, VersionRefs};
 use crate::store::memory::InMemoryObjects;
@@ -251,6 +251,28 @@ impl LedgerTable for SimTable {
     async fn seal_refs(&self, row: &JobRow, now_ms: u64) -> Result<Conditional<()>, LedgerError> {
         self.count("UpdateItem (seal)", 1.0, 0.0).await;
         self.inner.seal_refs(row, now_ms).await
+    }
+    async fn write_split(
+        &self,
+        job_key: &str,
+        write: SplitWrite<'_>,
+        now_ms: u64,
+    ) -> Result<Conditional<()>, LedgerError> {
+        self.count("UpdateItem (split)", 1.0, 0.0).await;
+        self.inner.write_split(job_key, write, now_ms).await
+    }
+    async fn write_holder_refs(
+        &self,
+        holder: &str,
+        add: &[String],
+        remove: &[String],
+        now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        let items = (add.len() + remove.len()) as f64;
+        self.count("BatchWriteItem (split refs)", items, 0.0).await;
+        self.inner
+            .write_holder_refs(holder, add, remove, now_ms)
+            .await
     }
 }
 

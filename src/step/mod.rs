@@ -25,7 +25,7 @@ pub use input::JobInput;
 pub use local::Keep;
 pub(crate) use local::ObjectBytes;
 pub(crate) use outputs::hash_file;
-pub use outputs::{content_type, JobOutputs, Manifest, OutputFile, MANIFEST_NAME};
+pub use outputs::{content_type, CopyIn, JobOutputs, Manifest, OutputFile, MANIFEST_NAME};
 
 /// Why a step failed. The message is stored in the job row.
 #[derive(Debug, thiserror::Error)]
@@ -133,6 +133,18 @@ pub trait Step: Send + Sync + 'static {
         InputUse::Ranges
     }
 
+    /// The chunks a run over this input is split into, each a job of its
+    /// own run elsewhere and joined into this job's outputs (DESIGN.md,
+    /// "Chunked HLS"); `None` (the default): the job runs here, whole.
+    /// Asked only when the job could hand chunks on (it has a queue).
+    async fn split(
+        &self,
+        _params: &Self::Params,
+        _context: &StepContext<'_>,
+    ) -> Result<Option<Vec<ChunkSpan>>, StepError> {
+        Ok(None)
+    }
+
     /// Runs the step, writing its outputs. The manifest is written after.
     async fn run(
         &self,
@@ -140,6 +152,16 @@ pub trait Step: Send + Sync + 'static {
         context: &StepContext<'_>,
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError>;
+}
+
+/// One chunk of a split job: a span of the input's timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkSpan {
+    /// Its place, from 0.
+    pub index: u32,
+    pub start_ms: u64,
+    /// `None`: the input's end.
+    pub end_ms: Option<u64>,
 }
 
 /// A recipe's step with its params parsed: what the handler runs.
@@ -153,6 +175,9 @@ pub trait BoundStep: Send + Sync {
 
     /// [`Step::input_use`] for these params.
     fn input_use(&self) -> InputUse;
+
+    /// [`Step::split`] with these params.
+    async fn split(&self, context: &StepContext<'_>) -> Result<Option<Vec<ChunkSpan>>, StepError>;
 
     /// [`Step::run`] with these params.
     async fn run(
@@ -202,6 +227,10 @@ impl<S: Step> BoundStep for Bound<S> {
 
     fn input_use(&self) -> InputUse {
         self.step.input_use(&self.params)
+    }
+
+    async fn split(&self, context: &StepContext<'_>) -> Result<Option<Vec<ChunkSpan>>, StepError> {
+        self.step.split(&self.params, context).await
     }
 
     async fn run(

@@ -14,6 +14,18 @@ use crate::store::ObjectStore;
 /// The file a job writes last; its presence means the outputs are complete.
 pub const MANIFEST_NAME: &str = "_manifest.json";
 
+/// CopyObject calls of one [`JobOutputs::copy_in`] in flight at once.
+const COPIES_AT_ONCE: usize = 16;
+
+/// An output copied in from another job's ([`JobOutputs::copy_in`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyIn {
+    pub bucket: String,
+    pub key: String,
+    /// Its manifest entry here.
+    pub file: OutputFile,
+}
+
 /// One file a job wrote, as the manifest lists it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OutputFile {
@@ -96,6 +108,43 @@ impl JobOutputs {
             sha256,
         };
         self.upload(file, content_type, body).await
+    }
+
+    /// Copies other jobs' outputs in, each as its `file` (its name here,
+    /// and the size and SHA-256 the other job's manifest records):
+    /// server-side, from its bucket and key (outputs never change under
+    /// their key), a few at a time.
+    pub async fn copy_in(&mut self, copies: Vec<CopyIn>) -> Result<(), StepError> {
+        use futures::StreamExt;
+        for copy in &copies {
+            check_output_name(&copy.file.name)?;
+        }
+        let (store, bucket, prefix) = (&self.store, &self.bucket, &self.prefix);
+        let copied: Vec<Result<OutputFile, StepError>> = futures::stream::iter(copies)
+            .map(|CopyIn { bucket: from_bucket, key, file }| async move {
+                let from = crate::store::ObjectRef {
+                    bucket: from_bucket.clone(),
+                    key: key.clone(),
+                    version_id: None,
+                    if_match: None,
+                };
+                let to = format!("{prefix}{}", file.name);
+                match store.copy(&from, bucket, &to).await {
+                    Ok(()) => Ok(file),
+                    Err(e) => Err(StepError::Output {
+                        name: file.name.clone(),
+                        message: format!("copying s3://{from_bucket}/{key}: {e}"),
+                    }),
+                }
+            })
+            .buffer_unordered(COPIES_AT_ONCE)
+            .collect()
+            .await;
+        for file in copied {
+            let file = file?;
+            self.written.insert(file.name.clone(), file);
+        }
+        Ok(())
     }
 
     async fn upload(

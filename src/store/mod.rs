@@ -168,7 +168,8 @@ pub trait ObjectClient: Send + Sync + std::fmt::Debug {
     /// `x-amz-copy-source-if-match`) to `bucket`/`key`, server-side, its
     /// content type kept; replaces any earlier object at the key. By
     /// default (a client of one's own that has no copy), a HEAD, a GET and
-    /// a PUT through this client.
+    /// a PUT through this client, the object held in memory between them
+    /// (a PUT to S3 needs a body of known size).
     async fn copy_object(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {
         let failed = |message: String, kind| PutError {
             bucket: bucket.to_string(),
@@ -184,11 +185,16 @@ pub trait ObjectClient: Send + Sync + std::fmt::Debug {
         let body = self
             .get_object(from)
             .await
-            .map_err(|e| failed(e.message, e.kind))?;
+            .map_err(|e| failed(e.message, e.kind))?
+            .collect()
+            .await
+            .map_err(|e| failed(format!("reading the body: {e}"), ErrorKind::Transient))?
+            .into_bytes();
         let content_type = head
             .content_type
             .unwrap_or_else(|| "application/octet-stream".into());
-        self.put_object(bucket, key, &content_type, body).await
+        self.put_object(bucket, key, &content_type, ByteStream::from(body))
+            .await
     }
 
     /// ListObjectsV2 of `prefix`, one page (up to 1,000 keys), from `from`
@@ -286,13 +292,13 @@ impl ObjectStore {
         self.client.list_objects(bucket, prefix, from).await
     }
 
-    /// Deletes up to [`MAX_KEYS_PER_CALL`] keys.
     /// Copies `from` to `bucket`/`key` within S3 ([`ObjectClient::copy_object`]):
     /// no byte passes through the function.
     pub async fn copy(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {
         self.client.copy_object(from, bucket, key).await
     }
 
+    /// Deletes up to [`MAX_KEYS_PER_CALL`] keys.
     pub async fn delete_keys(&self, bucket: &str, keys: &[String]) -> Result<(), DeleteError> {
         self.client.delete_objects(bucket, keys).await
     }

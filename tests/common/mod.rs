@@ -11,6 +11,7 @@ use mediaonce::lease::Clock;
 
 pub mod counting;
 pub mod heif;
+pub mod hls;
 pub mod media;
 pub mod pipeline;
 pub mod sqs;

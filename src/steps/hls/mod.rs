@@ -19,6 +19,7 @@
 
 pub mod chunk;
 pub mod chunk_job;
+pub mod join;
 mod params;
 pub mod playlist;
 pub mod sparse;
@@ -29,11 +30,14 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::ffmpeg::{ffmpeg_from, run_to_end, time_left, MovieScratch, STOP_BEFORE_DEADLINE};
+use super::ffmpeg::{
+    ffmpeg_from, refuse_external_data, run_to_end, time_left, MovieScratch, STOP_BEFORE_DEADLINE,
+};
+use super::movie_error;
 pub use chunk::Span;
 pub use params::{plan_renditions, Height, HlsParams, Rendition};
 
-use crate::step::{content_type, InputUse, JobOutputs, Step, StepContext, StepError};
+use crate::step::{content_type, ChunkSpan, InputUse, JobOutputs, Step, StepContext, StepError};
 
 /// Scratch space kept free beyond the input by default, for ffmpeg's
 /// outputs and the playlists.
@@ -334,6 +338,33 @@ impl Step for HlsPackage {
 
     fn time_needed(&self, params: &HlsParams) -> Duration {
         Duration::from_secs(params.min_seconds) + STOP_BEFORE_DEADLINE
+    }
+
+    /// An input whose plan has more than one span is split: each span a
+    /// chunk job (`hls-chunk`), read from the `moov` alone (ranged reads).
+    async fn split(
+        &self,
+        params: &HlsParams,
+        context: &StepContext<'_>,
+    ) -> Result<Option<Vec<ChunkSpan>>, StepError> {
+        let input = context.input;
+        let unreadable = |e| movie_error(e, "hls-package reads MP4/MOV inputs");
+        let boxes = crate::bmff::locate_movie(input, input.head.size, &[])
+            .await
+            .map_err(unreadable)?;
+        let movie = crate::bmff::parse_boxes(&boxes).map_err(unreadable)?;
+        refuse_external_data(&movie, "hls-package")?;
+        let spans = Encoding::of(&movie, params)?.spans(params);
+        Ok((spans.len() > 1).then(|| {
+            spans
+                .iter()
+                .map(|span| ChunkSpan {
+                    index: span.index,
+                    start_ms: span.start_ms,
+                    end_ms: span.end_ms,
+                })
+                .collect()
+        }))
     }
 
     async fn run(

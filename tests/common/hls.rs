@@ -1,0 +1,107 @@
+//! Running `hls-package` and `hls-chunk` directly, outside the handler:
+//! the baseline a split job's package is held to.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use mediaonce::fingerprint::fingerprint;
+use mediaonce::key::Recipe;
+use mediaonce::step::{JobInput, JobOutputs, Step, StepContext, StepError};
+use mediaonce::steps::hls::{HlsPackage, SCRATCH_RESERVE_BYTES};
+use mediaonce::store::memory::InMemoryObjects;
+use mediaonce::store::{ObjectRef, ObjectStore};
+
+use super::media::{av_clip, ffmpeg};
+
+/// A 3 s clip of picture and sound, 320x240.
+pub fn small_clip() -> Vec<u8> {
+    std::fs::read(av_clip("hls-3s.mp4", "320x240", 24, 3, &[])).unwrap()
+}
+
+/// A scratch directory of the test's own.
+pub fn tempdir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hls-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The step with the tests' ffmpeg and a scratch directory of its own.
+pub fn step_in(scratch: &str) -> HlsPackage {
+    HlsPackage {
+        ffmpeg: ffmpeg(),
+        scratch: tempdir(scratch),
+        scratch_reserve: SCRATCH_RESERVE_BYTES,
+    }
+}
+
+/// Runs the step directly on an in-memory store: (result, files left in
+/// scratch afterwards).
+pub async fn run_direct(
+    step: &HlsPackage,
+    input: &[u8],
+    params: serde_json::Value,
+    deadline_ms: Option<u64>,
+) -> Result<BTreeMap<String, Vec<u8>>, StepError> {
+    run_direct_at(
+        step,
+        input,
+        params,
+        deadline_ms,
+        &mediaonce::lease::SystemClock,
+    )
+    .await
+}
+
+/// [`run_direct`] on a worker whose clock is `clock`.
+pub async fn run_direct_at(
+    step: &HlsPackage,
+    input: &[u8],
+    params: serde_json::Value,
+    deadline_ms: Option<u64>,
+    clock: &dyn mediaonce::lease::Clock,
+) -> Result<BTreeMap<String, Vec<u8>>, StepError> {
+    let recipe = Recipe::from_value(&serde_json::json!({
+        "step": "hls-package", "version": 1, "params": params
+    }))
+    .unwrap();
+    run_recipe(step, input, &recipe, deadline_ms, clock).await
+}
+
+/// Runs `step` on `recipe` directly on an in-memory store (the input
+/// `in/clip.mp4`, the outputs under `out/job/`): its outputs.
+pub async fn run_recipe<S: Step>(
+    step: &S,
+    input: &[u8],
+    recipe: &Recipe,
+    deadline_ms: Option<u64>,
+    clock: &dyn mediaonce::lease::Clock,
+) -> Result<BTreeMap<String, Vec<u8>>, StepError> {
+    let objects = InMemoryObjects::new();
+    objects.insert("in", "clip.mp4", input, true);
+    let store = ObjectStore::new(objects.clone());
+    let object = ObjectRef {
+        bucket: "in".into(),
+        key: "clip.mp4".into(),
+        version_id: None,
+        if_match: None,
+    };
+    let head = store.head(&object).await.unwrap().unwrap();
+    let input = JobInput::new(store.clone(), head.clone(), fingerprint(&head));
+    let context = StepContext {
+        job_key: "direct",
+        recipe,
+        input: &input,
+        deadline_ms,
+        clock,
+    };
+    let mut outputs = JobOutputs::new(store, "out", "job/");
+    let params = step.params(&recipe.params).expect("valid params");
+    step.run(&params, &context, &mut outputs).await?;
+    Ok(objects
+        .keys("out", "job/")
+        .into_iter()
+        .map(|k| (k.clone(), objects.bytes("out", &k).unwrap()))
+        .collect())
+}
