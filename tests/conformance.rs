@@ -15,8 +15,8 @@ use mediaonce::identity::ObjectVersion;
 use mediaonce::ledger::dynamodb::DynamoDbTable;
 use mediaonce::ledger::memory::InMemoryTable;
 use mediaonce::ledger::{
-    Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, Finish, JobRow, JobStatus,
-    LedgerTable, RefWrite,
+    Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, Finish, JobRow, JobSplit,
+    JobStatus, LedgerTable, RefWrite, SplitWrite,
 };
 use mediaonce::references::{self, RefChange, VersionName};
 use mediaonce::store::memory::InMemoryObjects;
@@ -68,6 +68,7 @@ fn claim(key: &str, owner: &str) -> Claim {
         attempt: 1,
         lease_until_ms: 0,
         output_prefix: String::new(),
+        had_split: false,
     }
 }
 
@@ -738,6 +739,118 @@ async fn hash_cache_contract(table: &impl LedgerTable) {
         table.get("d").await.unwrap().map(|r| r.status),
         Some(JobStatus::Done)
     );
+    split_contract(table).await;
+}
+
+/// A split: recorded by its claim's owner only, waited on while it runs,
+/// taken to join once (again only when that lease passed), ended once
+/// finished; its chunks referenced by a holder and released.
+async fn split_contract<T: LedgerTable>(table: &T) {
+    let coordinated = row("s", "coord/1", JobStatus::Running, 10_000);
+    table.put_new(&coordinated).await.unwrap();
+    let chunks = vec!["c0".to_string(), "c1".to_string()];
+    let coordinate = |owner| SplitWrite::Coordinate {
+        owner,
+        chunks: &chunks,
+        lease_until_ms: 50_000,
+        waiter: "w1",
+        queue_url: "https://q",
+    };
+    let rejected = |c: Conditional<()>| matches!(c, Conditional::Rejected(Some(_)));
+    assert!(rejected(
+        table
+            .write_split("s", coordinate("other/1"), 5)
+            .await
+            .unwrap()
+    ));
+    let write = |w, now| table.write_split("s", w, now);
+    assert_eq!(
+        write(coordinate("coord/1"), 5).await.unwrap(),
+        Conditional::Applied(())
+    );
+    for _ in 0..2 {
+        let wait = SplitWrite::Wait { waiter: "w2" };
+        assert_eq!(write(wait, 6).await.unwrap(), Conditional::Applied(()));
+    }
+    let split = table.get("s").await.unwrap().unwrap();
+    assert_eq!(split.lease_until_ms, 50_000);
+    assert_eq!(
+        split.split,
+        Some(JobSplit {
+            chunks: chunks.clone(),
+            joining: false,
+            waiters: ["w1", "w2"].map(String::from).into(),
+            queue_url: "https://q".into(),
+        })
+    );
+    let end = |seen_owner| SplitWrite::End { seen_owner };
+    assert!(rejected(write(end("coord/1"), 7).await.unwrap()));
+    let join = |seen_owner, owner, lease_until_ms| SplitWrite::Join {
+        seen_owner,
+        owner,
+        lease_until_ms,
+    };
+    assert_eq!(
+        write(join("coord/1", "joiner/1", 60_000), 7).await.unwrap(),
+        Conditional::Applied(())
+    );
+    // Joining: refused while the joiner's lease lasts, taken after it.
+    assert!(rejected(
+        write(join("joiner/1", "joiner/2", 70_000), 8)
+            .await
+            .unwrap()
+    ));
+    assert_eq!(
+        write(join("joiner/1", "joiner/2", 70_000), 60_000)
+            .await
+            .unwrap(),
+        Conditional::Applied(())
+    );
+    let joined = table.get("s").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            joined.owner.as_str(),
+            joined.lease_until_ms,
+            joined.attempts
+        ),
+        ("joiner/2", 70_000, coordinated.attempts)
+    );
+    assert!(joined.split.as_ref().unwrap().joining);
+    assert_eq!(
+        table
+            .finish(&claim("s", "joiner/2"), Finish::Done, 61_000)
+            .await
+            .unwrap(),
+        Conditional::Applied(())
+    );
+    assert!(rejected(
+        write(SplitWrite::Wait { waiter: "w3" }, 61_001)
+            .await
+            .unwrap()
+    ));
+    assert!(rejected(write(end("coord/1"), 61_002).await.unwrap()));
+    assert_eq!(
+        write(end("joiner/2"), 61_002).await.unwrap(),
+        Conditional::Applied(())
+    );
+    assert_eq!(table.get("s").await.unwrap().unwrap().split, None);
+
+    let holder = "split#s";
+    let shard = references::shard_of(holder);
+    table
+        .write_holder_refs(holder, &chunks, &[], 1)
+        .await
+        .unwrap();
+    for chunk in &chunks {
+        let (found, _) = table.query_refs(chunk, shard, None, None).await.unwrap();
+        assert_eq!(found, [holder]);
+    }
+    table
+        .write_holder_refs(holder, &[], &chunks, 2)
+        .await
+        .unwrap();
+    let (found, _) = table.query_refs("c0", shard, None, None).await.unwrap();
+    assert!(found.is_empty());
 }
 
 #[tokio::test]

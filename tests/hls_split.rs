@@ -15,7 +15,7 @@ use common::{Options, Pipeline};
 
 use mediaonce::handler::{JobReport, Outcome};
 use mediaonce::key::{job_key, sha256_hex};
-use mediaonce::ledger::JobStatus;
+use mediaonce::ledger::{JobRow, JobStatus};
 use mediaonce::step::Manifest;
 
 /// 1 s segments in 1 s chunks at the quickest preset.
@@ -165,7 +165,7 @@ async fn a_long_video_is_split_into_chunk_jobs_and_joined_into_what_one_job_writ
     }
 
     // A duplicated upload message and a redelivered chunk message run
-    // nothing: the parent is reused, the chunk reused and its parent ended.
+    // nothing: the parent is reused, the chunk skipped (its split is over).
     let chunk_body = bodies
         .iter()
         .find(|b| b.contains("hls-chunk/1"))
@@ -184,7 +184,7 @@ async fn a_long_video_is_split_into_chunk_jobs_and_joined_into_what_one_job_writ
         outcomes,
         [
             ("hls-package", Outcome::Reused),
-            ("hls-chunk", Outcome::Reused)
+            ("hls-chunk", Outcome::Skipped)
         ]
     );
     assert!(report.response().batch_item_failures.is_empty());
@@ -234,22 +234,29 @@ async fn a_chunk_that_fails_for_good_fails_its_parent_with_the_reason() {
     let split = p.row(&parent.job_key).await.unwrap().split.unwrap();
     assert_eq!(split.chunks.len(), 3);
 
-    // The chunks run; chunk 2's run fails and its message comes back. (A
-    // chunk that settles after that failure may fail the parent already.)
-    let first = drain(&p).await;
-    let failed_chunk: Vec<&String> = first
-        .failed
+    // Chunk 2 runs first; its run fails and its message comes back.
+    let mut messages = p.receive(3).await;
+    let second = messages
         .iter()
-        .filter(|body| body.contains("hls-chunk/1"))
-        .collect();
-    assert_eq!(failed_chunk.len(), 1, "{:?}", first.failed);
-    assert!(failed_chunk[0].contains("\"index\":2"), "{failed_chunk:?}");
+        .position(|m| m.body.as_deref().unwrap_or("").contains("\"index\":2"))
+        .expect("chunk 2's message");
+    let second = messages.remove(second);
+    let second_body = second.body.clone().unwrap();
+    let report = p.handle(vec![second]).await;
+    assert_eq!(report.response().batch_item_failures.len(), 1, "{report:?}");
+    assert_eq!(
+        p.row(&parent.job_key).await.unwrap().status,
+        JobStatus::Running
+    );
 
-    // Its redelivery finds the chunk poisoned: the parent fails with the
-    // chunk's reason, and the version, handed on, sees it poisoned.
-    let report = p.handle(vec![p.send_raw(failed_chunk[0]).await]).await;
-    let chunk = report.jobs().next().unwrap();
-    assert_eq!(chunk.outcome, Outcome::Poisoned, "{report:?}");
+    // The others run, and settle: chunk 2 failed for good (one failure is
+    // the cap), so the parent fails with its reason, its chunks released
+    // and its waiting version handed on.
+    let report = p.handle(messages).await;
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
     let row = p.row(&parent.job_key).await.unwrap();
     assert_eq!((row.status, row.permanent), (JobStatus::Failed, true));
     let error = row.error.unwrap_or_default();
@@ -261,14 +268,18 @@ async fn a_chunk_that_fails_for_good_fails_its_parent_with_the_reason() {
     for chunk in &split.chunks {
         assert_eq!(p.refs(chunk).await, 0, "chunk {chunk} released");
     }
-    let mut jobs = first.jobs;
-    jobs.extend(drain(&p).await.jobs);
-    let parents: Vec<Outcome> = jobs
+    // The version, handed on, sees the parent poisoned; chunk 2's message,
+    // come back, runs nothing.
+    let drained = drain(&p).await;
+    let parents: Vec<(&str, Outcome)> = drained
+        .jobs
         .iter()
-        .filter(|j| j.step == "hls-package")
-        .map(|j| j.outcome)
+        .map(|j| (j.step.as_str(), j.outcome))
         .collect();
-    assert_eq!(parents, [Outcome::Poisoned], "{jobs:?}");
+    assert_eq!(parents, [("hls-package", Outcome::Poisoned)]);
+    let report = p.handle(vec![p.send_raw(&second_body).await]).await;
+    let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Skipped], "{report:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -323,4 +334,133 @@ async fn a_chunk_message_is_refused_when_it_cannot_be_trusted() {
         let error = report.messages[0].error.clone().unwrap_or_default();
         assert!(error.contains(why), "{error}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_chunk_is_taken_over_and_no_sweep_takes_a_chunk_the_split_holds() {
+    // No grace: a job nothing references is collected at once.
+    let p = split_pipeline(vec![("MEDIAONCE_GC_GRACE_SECS", "0".into())]).await;
+    let bytes = std::fs::read(av_clip("hls-split-5s.mp4", "320x240", 24, 5, &[])).unwrap();
+    let whole = run_direct(&step_in("split-sweep-whole"), &bytes, split_params(), None)
+        .await
+        .unwrap();
+    p.put("talks/swept.mp4", &bytes, true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let parent = report.jobs().next().unwrap().clone();
+    assert_eq!(parent.outcome, Outcome::Waiting, "{parent:?}");
+    let split = p.row(&parent.job_key).await.unwrap().split.unwrap();
+
+    // Chunk 1's worker died mid-encode: its row is running, its lease gone.
+    let now = p.app.now_ms();
+    let crashed = JobRow {
+        job_key: split.chunks[1].clone(),
+        step: "hls-chunk".into(),
+        input_hash: sha256_hex(&bytes),
+        status: JobStatus::Running,
+        lease_until_ms: now - 1,
+        attempts: 1,
+        owner: "crashed-worker/1".into(),
+        output_prefix: p.app.config.output_location(&split.chunks[1]),
+        error: None,
+        updated_at_ms: now - 60_000,
+        failures: 0,
+        permanent: false,
+        ref_items: true,
+        free_mark: None,
+        released_at_ms: None,
+        deletes_started_at_ms: None,
+        collect_failures: 0,
+        collect_retry_at_ms: None,
+        split: None,
+    };
+    p.seed_row(&crashed).await;
+
+    // Every chunk but the last runs; chunk 1 is taken over (its 2nd run).
+    let mut messages = p.receive(5).await;
+    let last = messages
+        .iter()
+        .position(|m| m.body.as_deref().unwrap_or("").contains("\"index\":4"))
+        .expect("chunk 4's message");
+    let last = messages.remove(last);
+    let report = p.handle(messages).await;
+    assert!(report.response().batch_item_failures.is_empty());
+    let mut runs: Vec<(String, Outcome, u64)> = report
+        .jobs()
+        .map(|j| (j.job_key.clone(), j.outcome, j.attempt))
+        .collect();
+    runs.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut expected: Vec<(String, Outcome, u64)> = split.chunks[..4]
+        .iter()
+        .map(|key| {
+            (
+                key.clone(),
+                Outcome::Ran,
+                if *key == split.chunks[1] { 2 } else { 1 },
+            )
+        })
+        .collect();
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(runs, expected);
+
+    // A sweep now finds four done chunks marked for collection, and keeps
+    // each: the split references it.
+    let sweep = p.app.collect_due(false).await.unwrap();
+    assert!(sweep.failures.is_empty(), "{sweep:?}");
+    assert_eq!(sweep.objects(), 0, "{sweep:?}");
+    for chunk in &split.chunks[..4] {
+        assert!(!p.output_keys(&format!("derived/{chunk}/")).await.is_empty());
+    }
+
+    // The last chunk joins them; then, with no grace, the chunks go.
+    let report = p.handle(vec![last]).await;
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
+    assert_eq!(
+        p.row(&parent.job_key).await.unwrap().status,
+        JobStatus::Done
+    );
+    for chunk in &split.chunks {
+        assert_eq!(p.row(chunk).await, None, "chunk {chunk} collected");
+        assert!(p.output_keys(&format!("derived/{chunk}/")).await.is_empty());
+    }
+    let drained = drain(&p).await;
+    let parents: Vec<Outcome> = drained.jobs.iter().map(|j| j.outcome).collect();
+    assert_eq!(parents, [Outcome::Reused]);
+    let package = package_of(&p, &parent.job_key).await;
+    for (name, bytes) in &whole {
+        assert!(package[&name["job/".len()..]] == *bytes, "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_of_the_same_video_in_one_batch_all_wait_and_are_all_handed_on() {
+    let p = split_pipeline(Vec::new()).await;
+    let bytes = small_clip();
+    p.put("a/talk.mp4", &bytes, true).await;
+    p.put("b/talk.mp4", &bytes, true).await;
+    let report = p.handle(p.receive(2).await).await;
+    let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Waiting, Outcome::Waiting], "{report:?}");
+    assert!(report.response().batch_item_failures.is_empty());
+    let parent = report.jobs().next().unwrap().job_key.clone();
+    let split = p.row(&parent).await.unwrap().split.unwrap();
+    assert_eq!(split.waiters.len(), 2, "{:?}", split.waiters);
+
+    let drained = drain(&p).await;
+    assert!(drained.failed.is_empty(), "{:?}", drained.failed);
+    let handed_on: Vec<Outcome> = drained
+        .jobs
+        .iter()
+        .filter(|j| j.step == "hls-package")
+        .map(|j| j.outcome)
+        .collect();
+    assert_eq!(handed_on, [Outcome::Reused, Outcome::Reused]);
+    let ran = drained
+        .jobs
+        .iter()
+        .filter(|j| j.step == "hls-chunk" && j.outcome == Outcome::Ran)
+        .count();
+    assert_eq!(ran, 3, "each chunk ran once");
 }

@@ -226,7 +226,9 @@ impl<'a> Downstream<'a> {
             job_key: &job.job_key,
             bytes: &bytes,
             fingerprint: &fingerprint,
-            queue_url: self.queue_url,
+            // Never split: its input is an upstream job's output, not an
+            // upload a chunk message could name and its waiters walk from.
+            queue_url: None,
         };
         run.run_in(self.batch, added).await
     }

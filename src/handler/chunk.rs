@@ -21,6 +21,7 @@ use crate::config::RecipeRule;
 use crate::fingerprint::{s3_checksum, Fingerprint, FingerprintSource};
 use crate::identity::ObjectVersion;
 use crate::key::job_key;
+use crate::ledger::JobStatus;
 use crate::pipeline::message::ChunkHandOn;
 use crate::steps::hls::chunk_job::{ChunkParams, CHUNK_STEP};
 use crate::store::ObjectRef;
@@ -36,9 +37,11 @@ pub(super) async fn process_chunk(
 ) -> MessageReport {
     let (jobs, error) = match chunk_job(app, batch, invocation, chunk).await {
         Ok((report, package)) => {
+            // A chunk done or failed for good; or skipped for a parent
+            // whose split is over but still on its row.
             let ended = matches!(
                 report.outcome,
-                Outcome::Ran | Outcome::Reused | Outcome::Poisoned
+                Outcome::Ran | Outcome::Reused | Outcome::Poisoned | Outcome::Skipped
             );
             let settled = match package {
                 Some(package) if ended => {
@@ -69,8 +72,8 @@ pub(super) async fn process_chunk(
     }
 }
 
-/// The chunk's job report, and its package recipe when the job was
-/// claimed or read (not skipped).
+/// The chunk's job report, and its package recipe when its parent is to
+/// be settled after it (not for a version that changed or went).
 async fn chunk_job<'a>(
     app: &'a App,
     batch: &BatchJobs,
@@ -118,6 +121,18 @@ async fn chunk_job<'a>(
             fingerprint.input_hash,
             fingerprint.source.as_str()
         ));
+    }
+    // Only a split that is on: a message sent again after its parent was
+    // joined (or collected) encodes nothing. A parent ended with its split
+    // still on it is settled: its end is handed on again.
+    let row = app.ledger.get(&parent).await.map_err(|e| e.to_string())?;
+    let split_on = row
+        .as_ref()
+        .is_some_and(|row| row.status == JobStatus::Running && row.split.is_some());
+    if !split_on {
+        let settle = row.is_some_and(|row| row.split.is_some());
+        let reason = "its parent is not split now (joined, failed or gone): nothing to run".into();
+        return Ok((skipped(package, &chunk.parent, reason), settle.then_some(package)));
     }
     let rule = chunk_rule(app, package, chunk)?;
     let key = job_key(&fingerprint.input_hash, &rule.recipe_hash);

@@ -111,6 +111,8 @@ async fn completed_job(
             .unwrap_or_default(),
         _ => Vec::new(),
     };
+    let file_count = done.then_some(files.len() as u64);
+    let files = completion::listed(files);
     let error = (!done).then(|| JobError {
         class: if report.job_key.is_empty() {
             "upstream"
@@ -129,6 +131,7 @@ async fn completed_job(
         outcome: report.outcome.as_str().to_string(),
         output_prefix: report.outputs.clone().filter(|_| done),
         files,
+        file_count,
         error,
     })
 }

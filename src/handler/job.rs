@@ -11,7 +11,7 @@ use tokio::sync::OnceCell;
 
 use super::{lock, App, Invocation, JobReport, Outcome};
 use crate::config::{split_s3_location, RecipeRule};
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{Fingerprint, FingerprintSource};
 use crate::ledger::{poison_reason, Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger};
 use crate::step::{
     ChunkSpan, JobInput, JobOutputs, Manifest, ObjectBytes, StepContext, StepError,
@@ -74,7 +74,7 @@ pub(super) struct Reporter {
     job_key: String,
     recipe: String,
     step: String,
-    source: crate::fingerprint::FingerprintSource,
+    source: FingerprintSource,
     started: Instant,
 }
 
@@ -111,6 +111,9 @@ impl<'a> JobRun<'a> {
             .await;
         if ran_here {
             report.clone()
+        } else if report.outcome == Outcome::Waiting {
+            // Split by another record of the batch: this version waits too.
+            self.run().await
         } else if added.iter().any(|key| key == self.job_key) {
             confirm_done(self.app, report.seen_again()).await
         } else {
@@ -223,6 +226,14 @@ impl<'a> JobRun<'a> {
                 input.object(),
                 input.head.etag
             );
+            if claim.had_split {
+                // Its waiting versions walk again (their bytes may still be
+                // elsewhere), its chunks are released, then the row goes.
+                if let Err(err) = super::split::release_split_of(app, &claim.job_key, None).await {
+                    let reason = format!("{why}; ending its split failed: {err}");
+                    return report.of(Outcome::Failed, claim.attempt, Some(reason));
+                }
+            }
             return match app.ledger.release(claim).await {
                 // Released, or taken over meanwhile (the successor's run stands).
                 Ok(()) | Err(FinishError::LostLease(_)) => {
@@ -246,6 +257,21 @@ impl<'a> JobRun<'a> {
         };
         let done = result.is_ok();
         match finish(&app.ledger, claim, result.err(), app.now_ms()).await {
+            Ok(()) if claim.had_split => {
+                // Run whole after a split whose lease passed: its waiters
+                // are handed on and its chunks released now.
+                match super::split::end_if_settled(app, &claim.job_key, self.queue_url).await {
+                    Ok(()) => JobReport {
+                        outputs: done.then(|| claim.output_prefix.clone()),
+                        ..report.of(outcome, claim.attempt, reason)
+                    },
+                    Err(err) => report.of(
+                        Outcome::Failed,
+                        claim.attempt,
+                        Some(format!("ending the job's earlier split: {err}")),
+                    ),
+                }
+            }
             Ok(()) => JobReport {
                 outputs: done.then(|| claim.output_prefix.clone()),
                 ..report.of(outcome, claim.attempt, reason)
@@ -281,6 +307,15 @@ impl<'a> JobRun<'a> {
         let Some(queue_url) = self.app.config.chunk_queue_url.as_deref().or(self.queue_url) else {
             return Ok(None);
         };
+        // A chunk message's receiver trusts only a hash S3 or mediaonce
+        // computed: a job keyed otherwise (by version and ETag) runs whole.
+        let trusted = matches!(
+            self.fingerprint.source,
+            FingerprintSource::S3Checksum | FingerprintSource::Computed | FingerprintSource::Cached
+        );
+        if !trusted {
+            return Ok(None);
+        }
         let context = self.context(input);
         Ok(self
             .rule

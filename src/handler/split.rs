@@ -33,7 +33,7 @@ use crate::key::job_key;
 use crate::lease::is_live;
 use crate::ledger::{
     judge, poison_reason, Claim, Conditional, FinishError, JobRow, JobStatus, SplitWrite, Verdict,
-    MAX_SPLIT_WAITERS,
+    MAX_SPLIT_BYTES,
 };
 use crate::pipeline::message::{ChunkHandOn, CHUNK_KIND};
 use crate::pipeline::HandOn;
@@ -82,9 +82,12 @@ impl JobRun<'_> {
             chunks: &chunks,
             lease_until_ms: now.saturating_add(millis(SPLIT_LEASE)),
             waiter: &waiter,
+            queue_url,
         };
         let sent = match app.ledger.write_split(self.job_key, write, now).await {
-            Ok(Conditional::Applied(())) => self.send_chunks(spans, &chunks, queue_url).await,
+            Ok(Conditional::Applied(())) => {
+                self.send_chunks(claim, spans, &chunks, queue_url).await
+            }
             Ok(Conditional::Rejected(_)) => {
                 let reason = "lease lost to another worker before splitting; its run stands";
                 return report.of(Outcome::Busy, claim.attempt, Some(reason.into()));
@@ -104,16 +107,25 @@ impl JobRun<'_> {
         };
         // Not held for the split's lease with chunks unsent: failed now, so
         // the message that comes back takes the job over and sends them.
+        // Poisoned by it, the job's waiters are handed on now: no chunk
+        // will settle it.
         let reason = match app.ledger.finish_failed(claim, &error, app.now_ms()).await {
-            Ok(()) | Err(FinishError::LostLease(_)) => error,
+            Ok(()) => match end_if_settled(app, self.job_key, Some(queue_url)).await {
+                Ok(()) => error,
+                Err(err) => format!("{error}; ending the split failed too: {err}"),
+            },
+            Err(FinishError::LostLease(_)) => error,
             Err(err) => format!("{error}; recording the failure failed too: {err}"),
         };
         report.of(Outcome::Failed, claim.attempt, Some(reason))
     }
 
-    /// The chunks referenced by the split, then their messages sent.
+    /// The chunks referenced by the split, then their messages sent: every
+    /// chunk's, or, taking over a split whose lease passed, those of the
+    /// chunks not done (at least one, whose settle joins them).
     async fn send_chunks(
         self,
+        claim: &Claim,
         spans: &[ChunkSpan],
         chunks: &[String],
         queue_url: &str,
@@ -123,7 +135,23 @@ impl JobRun<'_> {
             .hold(&holder_of(self.job_key), chunks, app.now_ms())
             .await
             .map_err(|e| format!("referencing the chunks: {e}"))?;
-        for span in spans {
+        let mut unsent: Vec<&ChunkSpan> = Vec::with_capacity(spans.len());
+        for (span, key) in spans.iter().zip(chunks) {
+            let done = claim.had_split
+                && app
+                    .ledger
+                    .get(key)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_some_and(|row| row.status == JobStatus::Done);
+            if !done {
+                unsent.push(span);
+            }
+        }
+        if unsent.is_empty() {
+            unsent.extend(spans.last());
+        }
+        for span in unsent {
             let body = self.chunk_message(span).to_body();
             app.queue.send(queue_url, &body).await.map_err(|e| {
                 format!("sending chunk {}'s message to {queue_url}: {e}", span.index)
@@ -153,14 +181,15 @@ impl JobRun<'_> {
         if split.waiters.contains(&waiter) {
             return waiting;
         }
-        if split.waiters.len() >= MAX_SPLIT_WAITERS {
+        if split.bytes_with(&waiter) > MAX_SPLIT_BYTES {
             return JobReport {
                 busy_until_ms: Some(row.lease_until_ms),
                 ..report.of(
                     Outcome::Busy,
                     row.attempts,
                     Some(format!(
-                        "the split job has {MAX_SPLIT_WAITERS} waiting versions already"
+                        "the split job has {} waiting versions already (its row holds no more)",
+                        split.waiters.len()
                     )),
                 )
             };
@@ -225,15 +254,24 @@ pub(super) async fn settle_parent(
         return Ok("the parent is not split");
     };
     let now = app.now_ms();
+    let poisoned = judge(&row, now, app.config.max_attempts) == Verdict::Poisoned;
     match row.status {
-        JobStatus::Done | JobStatus::Failed => {
+        JobStatus::Done => {
             end_split(app, &row, queue_url).await?;
             Ok("the parent's end handed on")
         }
-        JobStatus::Collecting => Ok("the parent is being collected"),
-        JobStatus::Running if split.joining && is_live(row.lease_until_ms, now) => {
-            Ok("another worker joins the parent")
+        JobStatus::Failed if poisoned => {
+            end_split(app, &row, queue_url).await?;
+            Ok("the parent's failure handed on")
         }
+        // Its own message comes back, takes it over and splits it again.
+        JobStatus::Failed => Ok("the parent failed and is retried"),
+        JobStatus::Collecting => Ok("the parent is being collected"),
+        // Back when the join is done (or, if its worker died, to take it).
+        JobStatus::Running if split.joining && is_live(row.lease_until_ms, now) => Err(format!(
+            "another worker joins {parent} until {} ms: the message comes back",
+            row.lease_until_ms
+        )),
         JobStatus::Running => {
             let mut chunks = Vec::with_capacity(split.chunks.len());
             for key in &split.chunks {
@@ -298,6 +336,7 @@ impl Join<'_> {
                 .lease
                 .lease_until_ms(now, self.invocation.deadline_ms),
             output_prefix: self.parent.output_prefix.clone(),
+            had_split: true,
         };
         let write = SplitWrite::Join {
             seen_owner: &self.parent.owner,
@@ -434,10 +473,10 @@ pub(super) async fn end_split(
         .map_err(|e| e.to_string())
 }
 
-/// A split job's chunks released and its waiters handed on (to
-/// `queue_url`, else `MEDIAONCE_CHUNK_QUEUE_URL`): at its end, and when it
-/// is collected (a split whose lease passed: its waiters walk their
-/// pipelines again and split it anew).
+/// A split job's waiters handed on (to `queue_url`, else the queue its
+/// chunks went to), then its chunks released: at its end, when it is
+/// collected (a split whose lease passed: its waiters walk their pipelines
+/// again and split it anew), and when a run after it releases its claim.
 pub(super) async fn release_split(
     app: &App,
     row: &JobRow,
@@ -446,28 +485,54 @@ pub(super) async fn release_split(
     let Some(split) = &row.split else {
         return Ok(());
     };
+    if !split.waiters.is_empty() {
+        let queue_url = queue_url
+            .or(Some(split.queue_url.as_str()).filter(|url| !url.is_empty()))
+            .ok_or_else(|| {
+                format!(
+                    "{} versions wait for job {}, and there is no queue to hand them on to",
+                    split.waiters.len(),
+                    row.job_key
+                )
+            })?;
+        for waiter in &split.waiters {
+            app.queue
+                .send(queue_url, waiter)
+                .await
+                .map_err(|e| format!("handing a waiting version on to {queue_url}: {e}"))?;
+        }
+    }
     app.ledger
         .release_held(&holder_of(&row.job_key), &split.chunks, app.now_ms())
         .await
-        .map_err(|e| format!("releasing {}'s chunks: {e}", row.job_key))?;
-    if split.waiters.is_empty() {
-        return Ok(());
+        .map_err(|e| format!("releasing {}'s chunks: {e}", row.job_key))
+}
+
+/// [`release_split`] of the job's row as it is now.
+pub(super) async fn release_split_of(
+    app: &App,
+    job_key: &str,
+    queue_url: Option<&str>,
+) -> Result<(), String> {
+    match app.ledger.get(job_key).await.map_err(|e| e.to_string())? {
+        Some(row) => release_split(app, &row, queue_url).await,
+        None => Ok(()),
     }
-    let queue_url = queue_url
-        .or(app.config.chunk_queue_url.as_deref())
-        .ok_or_else(|| {
-            format!(
-                "{} versions wait for job {}, and there is no queue to hand them on to (set {})",
-                split.waiters.len(),
-                row.job_key,
-                crate::config::ENV_CHUNK_QUEUE_URL
-            )
-        })?;
-    for waiter in &split.waiters {
-        app.queue
-            .send(queue_url, waiter)
-            .await
-            .map_err(|e| format!("handing a waiting version on to {queue_url}: {e}"))?;
+}
+
+/// The job's split ended when no chunk will settle it: the job is done
+/// (run whole after its split's lease passed) or failed for good.
+pub(super) async fn end_if_settled(
+    app: &App,
+    job_key: &str,
+    queue_url: Option<&str>,
+) -> Result<(), String> {
+    let Some(row) = app.ledger.get(job_key).await.map_err(|e| e.to_string())? else {
+        return Ok(());
+    };
+    let poisoned = judge(&row, app.now_ms(), app.config.max_attempts) == Verdict::Poisoned;
+    if row.split.is_some() && (row.status == JobStatus::Done || poisoned) {
+        end_split(app, &row, queue_url).await?;
     }
     Ok(())
 }

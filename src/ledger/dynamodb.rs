@@ -872,11 +872,14 @@ impl LedgerTable for DynamoDbTable {
                 chunks,
                 lease_until_ms,
                 waiter: who,
+                queue_url,
             } => waiter(running(update), who)
                 .update_expression(
-                    "SET #chunks = :chunks, #joining = :false, #lease = :lease, #updated = :now \
-                     ADD #waiters :waiter",
+                    "SET #chunks = :chunks, #joining = :false, #lease = :lease, #updated = :now, \
+                     #queue = :queue ADD #waiters :waiter",
                 )
+                .expression_attribute_names("#queue", attr::SPLIT_QUEUE_URL)
+                .expression_attribute_values(":queue", s(queue_url))
                 .condition_expression("#owner = :me AND #status = :running")
                 .expression_attribute_names("#joining", attr::SPLIT_JOINING)
                 .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
@@ -916,7 +919,8 @@ impl LedgerTable for DynamoDbTable {
                 .expression_attribute_values(":false", AttributeValue::Bool(false))
                 .expression_attribute_values(":now", n(now_ms)),
             SplitWrite::End { seen_owner } => update
-                .update_expression("REMOVE #chunks, #joining, #waiters")
+                .update_expression("REMOVE #chunks, #joining, #waiters, #queue")
+                .expression_attribute_names("#queue", attr::SPLIT_QUEUE_URL)
                 .condition_expression(
                     "#owner = :seen AND (#status = :done OR #status = :failed) \
                      AND attribute_exists(#chunks)",
@@ -1069,6 +1073,7 @@ mod tests {
                 chunks: vec!["c0".into(), "c1".into()],
                 joining: true,
                 waiters: ["{\"mediaonce\":\"pipeline/1\"}".to_string()].into(),
+                queue_url: "https://sqs.us-east-1.amazonaws.com/1/q".into(),
             }),
         }
     }

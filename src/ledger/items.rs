@@ -146,6 +146,7 @@ impl JobRow {
                 attr::SPLIT_JOINING.into(),
                 AttributeValue::Bool(split.joining),
             );
+            item.insert(attr::SPLIT_QUEUE_URL.into(), s(&split.queue_url));
             if !split.waiters.is_empty() {
                 item.insert(
                     attr::SPLIT_WAITERS.into(),
@@ -188,10 +189,21 @@ fn split_from_item(item: &Item) -> Result<Option<JobSplit>, String> {
             ))
         }
     };
+    let queue_url = match item.get(attr::SPLIT_QUEUE_URL) {
+        None => String::new(),
+        Some(AttributeValue::S(url)) => url.clone(),
+        Some(_) => {
+            return Err(format!(
+                "attribute {} is not a string",
+                attr::SPLIT_QUEUE_URL
+            ))
+        }
+    };
     Ok(Some(JobSplit {
         chunks,
         joining,
         waiters,
+        queue_url,
     }))
 }
 

@@ -447,12 +447,14 @@ impl LedgerTable for InMemoryTable {
                 chunks,
                 lease_until_ms,
                 waiter,
+                queue_url,
             } => {
                 if !running || row.owner != owner {
                     return Ok(Conditional::Rejected(Some(row.clone())));
                 }
                 let split = row.split.get_or_insert_with(JobSplit::default);
                 split.chunks = chunks.to_vec();
+                split.queue_url = queue_url.to_string();
                 split.joining = false;
                 split.waiters.insert(waiter.to_string());
                 row.lease_until_ms = lease_until_ms;

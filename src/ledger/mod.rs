@@ -61,6 +61,8 @@ pub mod attr {
     /// The versions waiting for a split job, as hand-on message bodies (a
     /// string set).
     pub const SPLIT_WAITERS: &str = "split_waiters";
+    /// The queue a split job's chunks were sent to.
+    pub const SPLIT_QUEUE_URL: &str = "split_queue_url";
 }
 
 /// Stored errors are cut to this many characters.
@@ -148,12 +150,24 @@ pub struct JobSplit {
     pub joining: bool,
     /// The versions to hand on when the job ends: hand-on message bodies.
     pub waiters: std::collections::BTreeSet<String>,
+    /// The queue the chunks were sent to, where the waiters are handed on
+    /// when no message's queue is at hand (the sweep).
+    pub queue_url: String,
 }
 
-/// At most this many versions wait on one split job (the row's size:
-/// about 300 bytes each, under DynamoDB's 400 KB item): more are busy and
-/// come back.
-pub const MAX_SPLIT_WAITERS: usize = 500;
+/// A split's chunk keys and waiters take at most this many bytes of its
+/// row (DynamoDB's items hold 400 KB): a version that would pass it is
+/// busy and comes back.
+pub const MAX_SPLIT_BYTES: usize = 300_000;
+
+impl JobSplit {
+    /// About the bytes the split takes in its row, with `waiter` added.
+    pub fn bytes_with(&self, waiter: &str) -> usize {
+        let chunks: usize = self.chunks.iter().map(|c| c.len() + 3).sum();
+        let waiters: usize = self.waiters.iter().map(String::len).sum();
+        chunks + waiters + waiter.len() + self.queue_url.len()
+    }
+}
 
 /// A write to a split job's row ([`LedgerTable::write_split`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +180,7 @@ pub enum SplitWrite<'a> {
         chunks: &'a [String],
         lease_until_ms: u64,
         waiter: &'a str,
+        queue_url: &'a str,
     },
     /// A version waits for the job: `waiter` added, conditioned on
     /// `running` with a split.
@@ -282,6 +297,9 @@ pub struct Claim {
     /// Where this attempt writes: the row's `output_prefix`, which a
     /// takeover keeps, so one job's files never land in two places.
     pub output_prefix: String,
+    /// Taken over from a split whose lease passed (the split stays on the
+    /// row): a run that does not split it again must end it.
+    pub had_split: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1193,9 +1211,10 @@ impl Ledger {
                 .retrying(|| self.call().take_over(seen, request))
                 .await?
             {
-                Conditional::Applied(attempt) => {
-                    ClaimOutcome::Run(claim_of(request, attempt, &seen.output_prefix))
-                }
+                Conditional::Applied(attempt) => ClaimOutcome::Run(Claim {
+                    had_split: seen.split.is_some(),
+                    ..claim_of(request, attempt, &seen.output_prefix)
+                }),
                 Conditional::Rejected(Some(winner)) if winner.status == JobStatus::Done => {
                     ClaimOutcome::Done(winner)
                 }
@@ -1298,6 +1317,7 @@ fn claim_of(request: &ClaimRequest, attempt: u64, output_prefix: &str) -> Claim 
         attempt,
         lease_until_ms: request.lease_until_ms,
         output_prefix: output_prefix.to_string(),
+        had_split: false,
     }
 }
 

@@ -28,6 +28,25 @@ pub struct CompletedFile {
     pub content_type: String,
 }
 
+/// A job lists at most this many files in its event: an HLS package of a
+/// long video has thousands of segments, and EventBridge takes at most
+/// 256 KB an entry.
+pub const MAX_LISTED_FILES: usize = 100;
+
+/// The files a job's event lists: all, or, when there are more than
+/// [`MAX_LISTED_FILES`], the first of those that are not media segments
+/// (an HLS package's playlists: what a player is given). Pure.
+pub fn listed(files: Vec<CompletedFile>) -> Vec<CompletedFile> {
+    if files.len() <= MAX_LISTED_FILES {
+        return files;
+    }
+    files
+        .into_iter()
+        .filter(|file| file.content_type != "video/mp2t")
+        .take(MAX_LISTED_FILES)
+        .collect()
+}
+
 /// Why a job failed for good.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobError {
@@ -52,8 +71,13 @@ pub struct CompletedJob {
     pub outcome: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_prefix: Option<String>,
+    /// The files of a done job: all of them, or past
+    /// [`MAX_LISTED_FILES`] the ones not media segments ([`listed`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<CompletedFile>,
+    /// How many files a done job has (its manifest lists every one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file_count: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<JobError>,
 }
@@ -143,8 +167,28 @@ mod tests {
                 sha256: "ab".into(),
                 content_type: "image/jpeg".into(),
             }],
+            file_count: Some(1),
             error: None,
         }
+    }
+
+    #[test]
+    fn a_long_package_lists_its_playlists_and_counts_its_segments() {
+        let file = |name: &str, content_type: &str| CompletedFile {
+            name: name.into(),
+            size: 1,
+            sha256: "ab".into(),
+            content_type: content_type.into(),
+        };
+        let mut files: Vec<CompletedFile> = (0..2_000)
+            .map(|n| file(&format!("1080p/seg-{n:05}.ts"), "video/mp2t"))
+            .collect();
+        files.push(file("1080p/index.m3u8", "application/vnd.apple.mpegurl"));
+        files.push(file("master.m3u8", "application/vnd.apple.mpegurl"));
+        let names: Vec<String> = listed(files).into_iter().map(|f| f.name).collect();
+        assert_eq!(names, ["1080p/index.m3u8", "master.m3u8"]);
+        let few = vec![file("a/seg-00000.ts", "video/mp2t")];
+        assert_eq!(listed(few.clone()), few);
     }
 
     fn completion(jobs: Vec<CompletedJob>) -> Completion {

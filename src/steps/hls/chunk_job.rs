@@ -18,7 +18,8 @@
 //! (`<rendition>/seg-NNNNN.ts`, numbered from the span's place) and
 //! `segments.json`, each rendition's [`SegmentSummary`]s, from which the
 //! join writes the package's playlists. ffmpeg's own playlists are not
-//! kept. Nothing runs chunk jobs yet (DESIGN.md, "Chunked HLS").
+//! kept. A split `hls-package` job sends its chunks as messages
+//! (`handler::split`; DESIGN.md, "Chunked HLS").
 
 use std::path::Path;
 
