@@ -10,6 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use common::hls::play;
 use common::media::{clip, ffmpeg};
 use common::ts::{read_segment, Segment};
 use mediaonce::steps::hls::{
@@ -107,37 +108,6 @@ fn durations(playlist: &Path) -> Vec<String> {
         .filter(|line| line.starts_with("#EXTINF"))
         .map(str::to_string)
         .collect()
-}
-
-/// Plays `master` in ffmpeg's HLS client: (video frames decoded, audio
-/// samples decoded, per channel).
-fn play(master: &Path, scratch: &Path) -> (usize, usize) {
-    let audio = scratch.join("played.f32");
-    let out = Command::new(ffmpeg())
-        // The static ffmpeg's MPEG-TS demuxer converts DVB text with
-        // iconv, whose static glibc loads gconv modules from the system
-        // and crashes; with none found it falls back.
-        .env("GCONV_PATH", "/nonexistent")
-        .args(["-hide_banner", "-loglevel", "error", "-nostdin", "-y", "-i"])
-        .arg(master)
-        .args(["-map", "0:v:0", "-f", "framecrc", "-"])
-        .args(["-map", "0:a:0", "-ac", "1", "-f", "f32le"])
-        .arg(&audio)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "playing {}: {}",
-        master.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let frames = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter(|line| line.starts_with("0,"))
-        .count();
-    let samples = std::fs::metadata(&audio).unwrap().len() as usize / 4;
-    (frames, samples)
 }
 
 #[test]

@@ -9,8 +9,9 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 
 use aws_lambda_events::event::sqs::SqsMessage;
-use common::hls::{run_direct, small_clip, step_in};
+use common::hls::{play, run_direct, small_clip, step_in};
 use common::media::av_clip;
+use common::ts::read_segment;
 use common::{Options, Pipeline};
 
 use mediaonce::handler::{JobReport, Outcome};
@@ -163,6 +164,35 @@ async fn a_long_video_is_split_into_chunk_jobs_and_joined_into_what_one_job_writ
         assert_eq!(file.sha256, sha256_hex(one_run), "{}", file.name);
         assert_eq!(file.size, one_run.len() as u64, "{}", file.name);
     }
+
+    // Read as a player would: every segment opens on an IDR, frames 1/24 s
+    // apart and audio frames 1,024 samples apart across every chunk's cut;
+    // and it plays end to end in ffmpeg's HLS client, every frame and
+    // every sample of the clip.
+    let (mut video, mut audio) = (Vec::new(), Vec::new());
+    for i in 0..5 {
+        let segment = read_segment(&package[&format!("144p/seg-{i:05}.ts")]);
+        assert!(segment.idr[0], "segment {i} opens on an IDR");
+        video.extend(segment.video_pts);
+        audio.extend(segment.audio_pts);
+    }
+    assert_eq!(video.len(), 120);
+    assert!(video.windows(2).all(|p| p[1] - p[0] == 3_750), "{video:?}");
+    let step = 1024 * 90_000 / 48_000;
+    assert!(audio.windows(2).all(|p| p[1] - p[0] == step), "{audio:?}");
+    let dir = common::hls::tempdir("split-played");
+    for (name, bytes) in &package {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+    let (frames, samples) = play(&dir.join("master.m3u8"), &dir);
+    assert_eq!(frames, 120);
+    // The clip's 240,000 samples, less than one AAC frame of padding after
+    // them, and the encoder's 1,024 samples of priming before (MPEG-TS has
+    // no edit list to trim them; one run's package holds the same).
+    let extra = samples.checked_sub(5 * 48_000 + 1_024);
+    assert!(extra.is_some_and(|e| e < 1_024), "{samples} samples");
 
     // A duplicated upload message and a redelivered chunk message run
     // nothing: the parent is reused, the chunk skipped (its split is over).
@@ -463,4 +493,64 @@ async fn uploads_of_the_same_video_in_one_batch_all_wait_and_are_all_handed_on()
         .filter(|j| j.step == "hls-chunk" && j.outcome == Outcome::Ran)
         .count();
     assert_eq!(ran, 3, "each chunk ran once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_whose_lease_passed_is_taken_over_and_sends_only_its_chunks_not_done() {
+    let p = split_pipeline(Vec::new()).await;
+    let bytes = small_clip();
+    p.put("talks/stalled.mp4", &bytes, true).await;
+    let upload = p.receive(1).await;
+    let upload_body = upload[0].body.clone().unwrap();
+    let report = p.handle(upload).await;
+    let parent = report.jobs().next().unwrap().clone();
+    assert_eq!(parent.outcome, Outcome::Waiting, "{parent:?}");
+
+    // Chunks 0 and 1 run; chunk 2's message is lost (dead-lettered).
+    let mut messages = p.receive(3).await;
+    messages.retain(|m| !m.body.as_deref().unwrap_or("").contains("\"index\":2"));
+    assert_eq!(messages.len(), 2);
+    let report = p.handle(messages).await;
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
+    assert_eq!(
+        p.row(&parent.job_key).await.unwrap().status,
+        JobStatus::Running
+    );
+
+    // Past the split's lease, the upload's message (a redelivery, a new
+    // upload of the bytes) takes the job over: a run counted, and only
+    // chunk 2 is sent again.
+    let later = p.worker(
+        2 * 3_600_000,
+        std::sync::Arc::new(mediaonce::faults::FaultPlan::new()),
+    );
+    let report = common::handle_with(later.clone(), vec![p.send_raw(&upload_body).await]).await;
+    let taken = report.jobs().next().unwrap();
+    assert_eq!(
+        (taken.outcome, taken.attempt),
+        (Outcome::Waiting, 2),
+        "{report:?}"
+    );
+    let resent = p.receive(1).await;
+    assert_eq!(resent.len(), 1);
+    let body = resent[0].body.clone().unwrap();
+    assert!(body.contains("\"index\":2"), "{body}");
+
+    // It joins them; the version is handed on once.
+    let report = common::handle_with(later.clone(), resent).await;
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
+    let row = p.row(&parent.job_key).await.unwrap();
+    assert_eq!(
+        (row.status, row.attempts, row.split),
+        (JobStatus::Done, 2, None)
+    );
+    let drained = drain(&p).await;
+    let outcomes: Vec<Outcome> = drained.jobs.iter().map(|j| j.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Reused]);
 }

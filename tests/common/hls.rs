@@ -2,7 +2,8 @@
 //! the baseline a split job's package is held to.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use mediaonce::fingerprint::fingerprint;
 use mediaonce::key::Recipe;
@@ -104,4 +105,35 @@ pub async fn run_recipe<S: Step>(
         .into_iter()
         .map(|k| (k.clone(), objects.bytes("out", &k).unwrap()))
         .collect())
+}
+
+/// Plays `master` in ffmpeg's HLS client: (video frames decoded, audio
+/// samples decoded, per channel).
+pub fn play(master: &Path, scratch: &Path) -> (usize, usize) {
+    let audio = scratch.join("played.f32");
+    let out = Command::new(ffmpeg())
+        // The static ffmpeg's MPEG-TS demuxer converts DVB text with
+        // iconv, whose static glibc loads gconv modules from the system
+        // and crashes; with none found it falls back.
+        .env("GCONV_PATH", "/nonexistent")
+        .args(["-hide_banner", "-loglevel", "error", "-nostdin", "-y", "-i"])
+        .arg(master)
+        .args(["-map", "0:v:0", "-f", "framecrc", "-"])
+        .args(["-map", "0:a:0", "-ac", "1", "-f", "f32le"])
+        .arg(&audio)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "playing {}: {}",
+        master.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let frames = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|line| line.starts_with("0,"))
+        .count();
+    let samples = std::fs::metadata(&audio).unwrap().len() as usize / 4;
+    (frames, samples)
 }
