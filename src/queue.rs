@@ -172,6 +172,12 @@ impl RecordingQueue {
         self.sent.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// The (queue URL, body) of every message sent since the last call:
+    /// what a simulated queue delivers next.
+    pub fn take_sent(&self) -> Vec<(String, String)> {
+        std::mem::take(&mut *self.sent.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
     /// The delay last asked for the message received as `receipt_handle`.
     pub fn delay_of(&self, receipt_handle: &str) -> Option<i32> {
         self.changes

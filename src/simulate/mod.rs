@@ -12,6 +12,7 @@
 
 mod burst;
 pub mod clients;
+mod long;
 mod traffic;
 
 use std::cmp::Reverse;
@@ -54,6 +55,10 @@ pub struct SimOptions {
     /// A video-like pipeline instead of `recipes` flat ones: probe, hls,
     /// poster, and thumbnails of the poster (chained to it).
     pub chained: bool,
+    /// Share of contents that are long videos: with it, an `hls-package`
+    /// recipe too, whose long inputs split into chunk jobs joined by the
+    /// last (0: none).
+    pub long_videos: f64,
     pub seed: u64,
     pub gb_seconds_per_run: f64,
     pub price: Prices,
@@ -94,6 +99,7 @@ impl Default for SimOptions {
             crashes: 0.002,
             recipes: 1,
             chained: false,
+            long_videos: 0.0,
             seed: 1,
             gb_seconds_per_run: 50.0,
             price: Prices::default(),
@@ -114,6 +120,11 @@ pub struct SimReport {
     pub runs_by_recipe: BTreeMap<String, u64>,
     pub unique_jobs: u64,
     pub runs_cut_short_by_crashes: u64,
+    /// Long videos' jobs split into chunk jobs, those joined (done, their
+    /// split ended) by the month's end, and the chunks' runs.
+    pub split_jobs: u64,
+    pub split_jobs_joined: u64,
+    pub chunk_runs: u64,
     pub dynamodb_calls: u64,
     pub dynamodb: TableUse,
     pub s3_requests: BTreeMap<&'static str, u64>,
@@ -123,6 +134,30 @@ pub struct SimReport {
     pub options: SimOptions,
 }
 
+/// Whether a run's worker dies before its finish: for a share of runs, the
+/// job is named to the table (whose finish then fails, as a dead worker's
+/// never comes) and counted.
+#[derive(Clone)]
+struct CrashDice {
+    share: f64,
+    rng: Arc<Mutex<fastrand::Rng>>,
+    crashes: Arc<AtomicU64>,
+    crash_before_finish: Arc<Mutex<HashSet<String>>>,
+}
+
+impl CrashDice {
+    fn roll(&self, job_key: &str) {
+        let crash = self.rng.lock().unwrap_or_else(|e| e.into_inner()).f64() < self.share;
+        if crash {
+            self.crashes.fetch_add(1, Ordering::Relaxed);
+            self.crash_before_finish
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(job_key.to_string());
+        }
+    }
+}
+
 /// The step the simulation runs: counts its runs, and for a share of them
 /// makes its worker die before the finish. With `"writes": name` in its
 /// params it writes one small output file of that name, its bytes the job
@@ -130,10 +165,7 @@ pub struct SimReport {
 /// read.
 struct CountedRun {
     runs: Arc<AtomicU64>,
-    crashes: Arc<AtomicU64>,
-    crash_share: f64,
-    rng: Mutex<fastrand::Rng>,
-    crash_before_finish: Arc<Mutex<HashSet<String>>>,
+    crash: CrashDice,
 }
 
 #[async_trait::async_trait]
@@ -166,14 +198,7 @@ impl Step for CountedRun {
         self.runs.fetch_add(1, Ordering::Relaxed);
         // A run takes time: another invocation may interleave here.
         tokio::task::yield_now().await;
-        let crash = self.rng.lock().unwrap_or_else(|e| e.into_inner()).f64() < self.crash_share;
-        if crash {
-            self.crashes.fetch_add(1, Ordering::Relaxed);
-            self.crash_before_finish
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(context.job_key.to_string());
-        }
+        self.crash.roll(context.job_key);
         if let Some(name) = writes {
             let bytes = context.job_key.as_bytes().to_vec();
             outputs
@@ -257,14 +282,30 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
     let runs = Arc::new(AtomicU64::new(0));
     let crashes = Arc::new(AtomicU64::new(0));
     let mut steps = StepRegistry::builtin();
+    let crash = CrashDice {
+        share: options.crashes,
+        rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(options.seed ^ 0x5eed))),
+        crashes: crashes.clone(),
+        crash_before_finish: table.crash_before_finish.clone(),
+    };
     steps.register(CountedRun {
         runs: runs.clone(),
-        crashes: crashes.clone(),
-        crash_share: options.crashes,
-        rng: Mutex::new(fastrand::Rng::with_seed(options.seed ^ 0x5eed)),
-        crash_before_finish: table.crash_before_finish.clone(),
+        crash: crash.clone(),
     });
-    let recipes = sim_recipes(options);
+    let videos = Arc::new(long::LongVideos::default());
+    let mut recipes = sim_recipes(options);
+    if options.long_videos > 0.0 {
+        steps.register(long::SimPackage {
+            share: options.long_videos,
+            videos: videos.clone(),
+            crash: crash.clone(),
+        });
+        steps.register(long::SimChunk {
+            videos: videos.clone(),
+            crash,
+        });
+        recipes.push(long::recipe());
+    }
     let recipe_count = recipes.len() as u64;
     let vars: HashMap<&str, String> = HashMap::from([
         ("MEDIAONCE_TABLE", "simulated".to_string()),
@@ -309,6 +350,9 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
         runs_by_recipe: BTreeMap::new(),
         unique_jobs: 0,
         runs_cut_short_by_crashes: 0,
+        split_jobs: 0,
+        split_jobs_joined: 0,
+        chunk_runs: 0,
         dynamodb_calls: 0,
         dynamodb: TableUse::default(),
         s3_requests: BTreeMap::new(),
@@ -318,6 +362,7 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
         options: options.clone(),
     };
     let mut receipts = 0u64;
+    let mut sent_messages = 0u64;
 
     loop {
         // Uploads up to the next delivery's time join the heap first.
@@ -429,6 +474,17 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
                 schedule(&mut due, &mut pending, back);
             }
         }
+        // What the handler sent (chunk messages, hand-ons) is delivered a
+        // batching window later.
+        for (_, body) in queue.take_sent() {
+            sent_messages += 1;
+            let id = format!("sent-{sent_messages}");
+            schedule(
+                &mut due,
+                &mut pending,
+                Delivery::sent(now + BATCH_WINDOW_MS, id, &body),
+            );
+        }
         // Lambda sends a whole batch again now and then (a new invocation).
         if rng.f64() < options.lambda_retries {
             for delivery in &invocations[0] {
@@ -439,15 +495,33 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
         }
     }
 
-    report.runs_by_content = runs.load(Ordering::Relaxed);
+    report.chunk_runs = videos.chunk_runs.load(Ordering::Relaxed);
+    report.runs_by_content =
+        runs.load(Ordering::Relaxed) + videos.runs.load(Ordering::Relaxed) + report.chunk_runs;
     report.runs_cut_short_by_crashes = crashes.load(Ordering::Relaxed);
-    report.unique_jobs = traffic.unique_contents() * recipe_count;
+    let split: Vec<String> = videos
+        .split
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .cloned()
+        .collect();
+    report.split_jobs = split.len() as u64;
+    // A long video's job runs as its chunks: one run each, none of its own.
+    report.unique_jobs =
+        traffic.unique_contents() * recipe_count + report.split_jobs * u64::from(long::CHUNKS - 1);
     report.dynamodb = table_use.lock().unwrap_or_else(|e| e.into_inner()).clone();
     report.dynamodb_calls = report.dynamodb.total_calls();
     report.s3_requests = s3_requests
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
+    for job_key in &split {
+        let row = app.ledger.get(job_key).await.map_err(|e| e.to_string())?;
+        let joined =
+            row.is_some_and(|r| r.status == crate::ledger::JobStatus::Done && r.split.is_none());
+        report.split_jobs_joined += u64::from(joined);
+    }
     // By message id, crashed runs ran again too (the same crashes).
     report.runs_by_message_id += report.runs_cut_short_by_crashes;
     let price = &options.price;
@@ -480,10 +554,20 @@ pub fn render(report: &SimReport) -> String {
         o.lambda_retries * 100.0,
         o.reprocess_clicks * 100.0,
         o.crashes * 100.0,
-        if o.chained {
-            "a chained pipeline (probe, hls, poster, poster-thumbs)".to_string()
-        } else {
-            format!("{} recipe(s)", o.recipes)
+        match (o.chained, o.long_videos > 0.0) {
+            (true, false) => "a chained pipeline (probe, hls, poster, poster-thumbs)".to_string(),
+            (true, true) => format!(
+                "a chained pipeline and hls-long ({:.0}% long videos, {} chunks each)",
+                o.long_videos * 100.0,
+                long::CHUNKS
+            ),
+            (false, false) => format!("{} recipe(s)", o.recipes),
+            (false, true) => format!(
+                "{} recipe(s) and hls-long ({:.0}% long videos, {} chunks each)",
+                o.recipes,
+                o.long_videos * 100.0,
+                long::CHUNKS
+            ),
         },
         o.seed
     ));
@@ -509,6 +593,13 @@ pub fn render(report: &SimReport) -> String {
         "  runs cut short by crashes",
         report.runs_cut_short_by_crashes.to_string(),
     ));
+    if o.long_videos > 0.0 {
+        text.push_str(&row(
+            "  long videos split / joined",
+            format!("{} / {}", report.split_jobs, report.split_jobs_joined),
+        ));
+        text.push_str(&row("  chunk runs", report.chunk_runs.to_string()));
+    }
     for (recipe, n) in &report.runs_by_recipe {
         text.push_str(&row(
             &format!("  ran to the finish: {recipe}"),
@@ -607,6 +698,26 @@ mod tests {
                 report.runs_by_message_id,
                 report.deliveries
             )
+        );
+    }
+
+    #[tokio::test]
+    async fn long_videos_split_run_every_chunk_once_and_are_all_joined() {
+        let options = SimOptions {
+            uploads: 2_000,
+            long_videos: 0.3,
+            seed: 5,
+            ..chaotic()
+        };
+        let report = every_job_once(&options).await;
+        assert!(report.split_jobs > 100, "{report:?}");
+        assert_eq!(report.split_jobs_joined, report.split_jobs, "{report:?}");
+        assert!(report.outcomes["waiting"] > 0, "{report:?}");
+        // Every chunk ran once (or again after a crash cut it short).
+        assert!(report.chunk_runs >= report.split_jobs * u64::from(long::CHUNKS));
+        assert!(
+            report.chunk_runs
+                <= report.split_jobs * u64::from(long::CHUNKS) + report.runs_cut_short_by_crashes
         );
     }
 

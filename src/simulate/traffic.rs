@@ -25,6 +25,15 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// A message the handler sent (a chunk, a hand-on), delivered at `at_ms`.
+    pub fn sent(at_ms: u64, message_id: String, body: &str) -> Self {
+        Delivery {
+            at_ms,
+            message_id,
+            body: body.into(),
+        }
+    }
+
     /// The message as the event source mapping hands it to the function.
     pub fn message(&self, receipt: u64, queue_arn: &str) -> SqsMessage {
         let mut message = SqsMessage::default();

@@ -43,6 +43,12 @@ pub struct SimulateArgs {
     /// thumbnails of the poster (a recipe chained to the poster's output).
     #[arg(long)]
     chained: bool,
+    /// Share of contents that are long videos: adds an hls-package recipe
+    /// whose long inputs split into 4 chunk jobs, joined by the last to
+    /// finish (the split, chunk messages and hand-ons through the real
+    /// handler; the steps only count).
+    #[arg(long, default_value_t = 0.0)]
+    long_videos: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Lambda GB-seconds of one step run (a transcode: 1769 MB for ~30 s).
@@ -100,6 +106,7 @@ pub fn run(args: SimulateArgs) -> ExitCode {
         ("--lambda-retries", args.lambda_retries),
         ("--reprocess-clicks", args.reprocess_clicks),
         ("--crashes", args.crashes),
+        ("--long-videos", args.long_videos),
     ];
     for (flag, share) in shares {
         if !(0.0..=1.0).contains(&share) {
@@ -118,6 +125,7 @@ pub fn run(args: SimulateArgs) -> ExitCode {
         crashes: args.crashes,
         recipes: args.recipes.max(1),
         chained: args.chained,
+        long_videos: args.long_videos,
         seed: args.seed,
         gb_seconds_per_run: args.gb_seconds_per_run,
         price: Prices {
