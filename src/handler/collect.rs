@@ -28,6 +28,8 @@
 //! Abandoned rows are collected the same way: a `running` row whose lease
 //! ended a grace ago, or a `failed` one (not poisoned) untouched for a
 //! grace: no message came back for them, because their object is gone.
+//! A split job's waiting versions are handed on and its chunks released
+//! before its outputs go ([`super::split::release_split`]).
 
 use std::time::Duration;
 
