@@ -9,9 +9,11 @@
 # Prints wall and CPU seconds (user + system, ffmpeg's included), the
 # split's CPU as a ratio of the whole run's (target <= 1.10), the
 # real-time factor of one invocation (input seconds per second at the
-# template's default 1024 MiB, whose CPU share is 1024/1769 of a vCPU),
-# and a projection for a 60-minute 1080p video split across 60 concurrent
-# invocations of that size, from the measured CPU per chunk.
+# template's job function's default 1024 MiB, whose CPU share is
+# 1024/1769 of a vCPU), and a projection for a 60-minute 1080p video split
+# across 60 concurrent invocations of that size and of the template's
+# chunk function (3538 MiB, where chunks run), from the measured CPU per
+# chunk.
 #
 #   bench/hls_long.sh                 SECONDS=180 CONTENT=clean
 #   CONTENT=noisy bench/hls_long.sh   camera-like grain: x264's worst case
@@ -90,7 +92,7 @@ print(f"one invocation at {memory:.0f} MiB ({vcpu:.2f} vCPU): {rtf:.2f}x real ti
 # 60 minutes in 60 s chunks on 60 invocations: one wave; each chunk's
 # encode at the measured CPU per second of video, on the invocation's
 # share, plus the chunk's seek (its run's start) and the hops.
-hops = 2 * 1.0 + 1.0  # chunk message, watch message, join: assumed, not measured here
+hops = 2 * 1.0 + 1.0  # chunk message, the join's copies, the hand-on: assumed, not measured here
 for mib in (memory, 3538.0):
     share = min(mib / 1769.0, 2.0)
     chunk_wall = 60 * cpu_per_s / share

@@ -297,9 +297,10 @@ pub(super) async fn settle_parent(
             };
             if let Some((index, chunk)) = poisoned {
                 let reason = format!(
-                    "chunk {index} (job {}) failed for good: {}",
-                    chunk.job_key,
-                    poison_reason(chunk)
+                    "chunk {index} (job {key}) failed for good: {}; to run it again, \
+                     `mediaonce retry {key}` and then this job",
+                    poison_reason(chunk),
+                    key = chunk.job_key,
                 );
                 joined.fail(&reason).await
             } else if let Some(done) = done {
