@@ -449,8 +449,8 @@ impl Join<'_> {
     }
 }
 
-/// An ended split job's chunks released (and, with no grace, collected)
-/// and its waiters handed on, then the split removed from its row
+/// An ended split job's waiters handed on and its chunks released (and,
+/// with no grace, collected), then the split removed from its row
 /// (conditioned on the row as read). Each step may be done again: a
 /// release of what is released, a second hand-on (its jobs are reused), a
 /// removal refused.
