@@ -92,7 +92,10 @@ pub fn plan(mode: IdentityMode, head: &ObjectHead, uses: &[InputUse]) -> Plan {
 /// twice: a file when a step needs one, memory when a step decodes a buffer
 /// (and the input is within its limit), else nowhere.
 pub fn keep(uses: &[InputUse], size: u64) -> Keep {
-    if uses.contains(&InputUse::File) {
+    if uses
+        .iter()
+        .any(|u| matches!(u, InputUse::File { .. }) && u.reads_whole(size))
+    {
         Keep::File
     } else if uses
         .iter()
@@ -208,6 +211,7 @@ mod tests {
     const EMPTY_SHA256_B64: &str = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=";
     const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
     const THUMBNAIL: InputUse = InputUse::Memory { max_bytes: 100 };
+    const MOVIE: InputUse = InputUse::File { max_bytes: 1_000 };
 
     fn head(size: u64) -> ObjectHead {
         ObjectHead {
@@ -290,7 +294,7 @@ mod tests {
             on_miss: OnMiss::VersionEtag,
         };
         assert_eq!(plan(IdentityMode::Auto, &small, &[THUMBNAIL]), read);
-        assert_eq!(plan(IdentityMode::Auto, &small, &[InputUse::File]), read);
+        assert_eq!(plan(IdentityMode::Auto, &small, &[MOVIE]), read);
         assert_eq!(plan(IdentityMode::Auto, &small, &[InputUse::Stream]), read);
         assert_eq!(
             plan(IdentityMode::Auto, &small, &[InputUse::Ranges, THUMBNAIL]),
@@ -302,6 +306,9 @@ mod tests {
         );
         // Over the thumbnail's limit: the step refuses it unread.
         assert_eq!(plan(IdentityMode::Auto, &head(101), &[THUMBNAIL]), no_read);
+        // Over a movie's: its step reads it by ranges (or spools it
+        // itself): keyed without a read of every byte.
+        assert_eq!(plan(IdentityMode::Auto, &head(1_001), &[MOVIE]), no_read);
     }
 
     #[test]
@@ -310,7 +317,8 @@ mod tests {
         assert_eq!(keep(&[InputUse::Stream], 10), Keep::Nothing);
         assert_eq!(keep(&[THUMBNAIL, InputUse::Ranges], 10), Keep::Memory);
         assert_eq!(keep(&[THUMBNAIL], 101), Keep::Nothing);
-        assert_eq!(keep(&[THUMBNAIL, InputUse::File], 10), Keep::File);
+        assert_eq!(keep(&[THUMBNAIL, MOVIE], 10), Keep::File);
+        assert_eq!(keep(&[THUMBNAIL, MOVIE], 1_001), Keep::Nothing);
     }
 
     #[test]

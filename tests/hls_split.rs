@@ -14,6 +14,7 @@ use common::media::av_clip;
 use common::ts::read_segment;
 use common::{Options, Pipeline};
 
+use mediaonce::fingerprint::FingerprintSource;
 use mediaonce::handler::{JobReport, Outcome};
 use mediaonce::key::{job_key, sha256_hex};
 use mediaonce::ledger::{JobRow, JobStatus};
@@ -126,7 +127,13 @@ async fn a_long_video_is_split_into_chunk_jobs_and_joined_into_what_one_job_writ
         .filter(|j| j.job_key == parent.job_key)
         .map(|j| j.outcome)
         .collect();
-    assert_eq!(parent_reports, [Outcome::Reused]);
+    // Handed on at least once (two chunks finishing together may both end
+    // the split).
+    assert!(!parent_reports.is_empty());
+    assert!(
+        parent_reports.iter().all(|o| *o == Outcome::Reused),
+        "{parent_reports:?}"
+    );
 
     let row = p.row(&parent.job_key).await.unwrap();
     assert_eq!((row.status, row.attempts), (JobStatus::Done, 1));
@@ -306,7 +313,15 @@ async fn a_chunk_that_fails_for_good_fails_its_parent_with_the_reason() {
         .iter()
         .map(|j| (j.step.as_str(), j.outcome))
         .collect();
-    assert_eq!(parents, [("hls-package", Outcome::Poisoned)]);
+    // At least once: two settles that both find the parent ended may
+    // each hand its version on (the second walk reuses what the first saw).
+    assert!(!parents.is_empty(), "{parents:?}");
+    assert!(
+        parents
+            .iter()
+            .all(|p| *p == ("hls-package", Outcome::Poisoned)),
+        "{parents:?}"
+    );
     let report = p.handle(vec![p.send_raw(&second_body).await]).await;
     let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
     assert_eq!(outcomes, [Outcome::Skipped], "{report:?}");
@@ -486,7 +501,20 @@ async fn uploads_of_the_same_video_in_one_batch_all_wait_and_are_all_handed_on()
         .filter(|j| j.step == "hls-package")
         .map(|j| j.outcome)
         .collect();
-    assert_eq!(handed_on, [Outcome::Reused, Outcome::Reused]);
+    assert!(handed_on.len() >= 2, "{handed_on:?}");
+    assert!(
+        handed_on.iter().all(|o| *o == Outcome::Reused),
+        "{handed_on:?}"
+    );
+    for key in ["a/talk.mp4", "b/talk.mp4"] {
+        assert!(
+            drained
+                .bodies
+                .iter()
+                .any(|b| b.contains("pipeline/1") && b.contains(key)),
+            "{key} was handed on"
+        );
+    }
     let ran = drained
         .jobs
         .iter()
@@ -553,4 +581,30 @@ async fn a_split_whose_lease_passed_is_taken_over_and_sends_only_its_chunks_not_
     let drained = drain(&p).await;
     let outcomes: Vec<Outcome> = drained.jobs.iter().map(|j| j.outcome).collect();
     assert_eq!(outcomes, [Outcome::Reused]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_video_keyed_by_version_and_etag_splits_too() {
+    // Keyed without reading it (as an upload past what is read whole is in
+    // `auto`): the chunks trust the key their version's HEAD gives again.
+    let p = split_pipeline(vec![("MEDIAONCE_IDENTITY", "checksum".into())]).await;
+    let bytes = small_clip();
+    p.put("talks/big.mp4", &bytes, false).await;
+    let report = p.handle(p.receive(1).await).await;
+    let parent = report.jobs().next().unwrap().clone();
+    assert_eq!(
+        (parent.outcome, parent.input_hash_source),
+        (Outcome::Waiting, Some(FingerprintSource::VersionEtag)),
+        "{parent:?}"
+    );
+    let drained = drain(&p).await;
+    assert!(drained.failed.is_empty(), "{:?}", drained.failed);
+    let chunks = drained
+        .jobs
+        .iter()
+        .filter(|j| j.step == "hls-chunk" && j.outcome == Outcome::Ran)
+        .count();
+    assert_eq!(chunks, 3);
+    let row = p.row(&parent.job_key).await.unwrap();
+    assert_eq!((row.status, row.split), (JobStatus::Done, None));
 }

@@ -11,14 +11,14 @@
 //! went is skipped (its own event runs what it needs).
 //!
 //! A chunk that ended (done, or failed for good) settles its parent
-//! ([`super::split::settle_parent`]): the last to finish joins them.
+//! ([`super::join::settle_parent`]): the last to finish joins them.
 
 
 use super::job::{BatchJobs, JobRun};
-use super::split::settle_parent;
+use super::join::settle_parent;
 use super::{App, Invocation, JobReport, MessageReport, Outcome};
 use crate::config::RecipeRule;
-use crate::fingerprint::{s3_checksum, Fingerprint, FingerprintSource};
+use crate::fingerprint::{s3_checksum, version_etag, Fingerprint, FingerprintSource};
 use crate::identity::ObjectVersion;
 use crate::key::job_key;
 use crate::ledger::JobStatus;
@@ -113,7 +113,7 @@ async fn chunk_job<'a>(
         }
         Err(err) => return Err(err.to_string()),
     };
-    let fingerprint = trusted_hash(app, &head).await?;
+    let fingerprint = trusted_hash(app, &head, &chunk.input_hash).await?;
     if fingerprint.input_hash != chunk.input_hash {
         return Err(format!(
             "chunk message's inputHash {} is not {object}'s ({}, {})",
@@ -151,13 +151,20 @@ async fn chunk_job<'a>(
 }
 
 /// The input hash of a version that S3 or mediaonce computed: S3's
-/// full-object SHA-256, else the hash cache's.
+/// full-object SHA-256, else its version-and-ETag key when the message
+/// names that (its parent was keyed so: derived from the HEAD, not taken
+/// from the message), else the hash cache's.
 async fn trusted_hash(
     app: &App,
     head: &crate::fingerprint::ObjectHead,
+    claimed: &str,
 ) -> Result<Fingerprint, String> {
     if let Some(checksum) = s3_checksum(head) {
         return Ok(checksum);
+    }
+    let named = version_etag(head);
+    if named.input_hash == claimed {
+        return Ok(named);
     }
     match app
         .ledger
@@ -170,8 +177,8 @@ async fn trusted_hash(
             source: FingerprintSource::Cached,
         }),
         None => Err(format!(
-            "s3://{}/{} has no SHA-256 that S3 or mediaonce computed: a chunk's input hash is \
-             not taken from its message",
+            "s3://{}/{} has no SHA-256 that S3 or mediaonce computed, nor is the message's its \
+             version and ETag: a chunk's input hash is not taken from its message",
             head.bucket, head.key
         )),
     }

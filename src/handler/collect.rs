@@ -29,7 +29,7 @@
 //! ended a grace ago, or a `failed` one (not poisoned) untouched for a
 //! grace: no message came back for them, because their object is gone.
 //! A split job's waiting versions are handed on and its chunks released
-//! before its outputs go ([`super::split::release_split`]).
+//! before its outputs go ([`super::split_end::release_split`]).
 
 use std::time::Duration;
 
@@ -147,7 +147,7 @@ impl App {
         }
         // A split job's chunks go with it, and its waiting versions are
         // handed on (they split it anew).
-        if let Err(error) = super::split::release_split(self, &row, None).await {
+        if let Err(error) = super::split_end::release_split(self, &row, None).await {
             self.defer_collection(&row, &owner).await;
             return Err(format!("collecting {job_key}: {error}"));
         }
@@ -410,5 +410,27 @@ fn why_not(row: Option<&JobRow>) -> String {
             row.free_mark,
             row.released_at_ms
         ),
+    }
+}
+
+/// With no grace (`MEDIAONCE_GC_GRACE_SECS=0`), the jobs a release freed
+/// are collected at once; otherwise the sweep (`mediaonce gc`, or the
+/// scheduled event) collects them when their grace has passed. A failed
+/// collection is logged, backed off and counted (`CollectionFailures`):
+/// the sweep finishes it.
+pub(super) async fn collect_now(app: &App, released: &[String]) {
+    if !app.config.gc_grace.is_zero() {
+        return;
+    }
+    let mut sweep = Sweep::default();
+    for job_key in released {
+        let result = app.collect(job_key).await;
+        if let Ok(collected) = &result {
+            tracing::info!(job_key, outcome = collected.outcome.as_str(), objects = collected.deleted.len(), "collection");
+        }
+        sweep.record(job_key, result);
+    }
+    if !sweep.failures.is_empty() {
+        app.write_sweep_metrics(&sweep);
     }
 }

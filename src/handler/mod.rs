@@ -13,8 +13,10 @@
 //!   by the upstream manifest, referenced, run or handed on;
 //! - [`chunk`]: a chunk message: one span of an `hls-package` job, run as
 //!   a job of its own;
-//! - [`split`]: a job split into chunk jobs: coordinated, waited for,
-//!   joined when its chunks end, and its end handed on;
+//! - [`join`]: a split job's chunks settle it: the last to finish joins
+//!   them (the job's own side, coordinating and waiting, is [`job`]'s);
+//! - [`split_end`]: a split job's end: its waiters handed on, its chunks
+//!   released;
 //! - [`references`]: after a create's jobs, the version's references; a
 //!   removal's release;
 //! - [`outputs`]: where an object's outputs are (`mediaonce outputs`);
@@ -55,8 +57,9 @@ mod log;
 mod outputs;
 mod rebuild;
 mod record;
+mod join;
 mod references;
-mod split;
+mod split_end;
 
 pub use batch::handle_batch;
 pub use collect::Collected;

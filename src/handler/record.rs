@@ -7,6 +7,7 @@ use std::time::Instant;
 
 
 use super::chain::Downstream;
+use super::collect::collect_now;
 use super::completion::publish_if_complete;
 use super::identify::{forget_if_disproved, identify, Identified};
 use super::job::{elapsed_ms, BatchJobs, JobRun};
@@ -388,28 +389,6 @@ async fn reconcile_every_version(app: &App, marker: &VersionName) -> Result<Vec<
         );
     }
     Ok(released)
-}
-
-/// With no grace (`MEDIAONCE_GC_GRACE_SECS=0`), the jobs a release freed
-/// are collected at once; otherwise the sweep (`mediaonce gc`, or the
-/// scheduled event) collects them when their grace has passed. A failed
-/// collection is logged, backed off and counted (`CollectionFailures`):
-/// the sweep finishes it.
-pub(super) async fn collect_now(app: &App, released: &[String]) {
-    if !app.config.gc_grace.is_zero() {
-        return;
-    }
-    let mut sweep = super::collect::Sweep::default();
-    for job_key in released {
-        let result = app.collect(job_key).await;
-        if let Ok(collected) = &result {
-            tracing::info!(job_key, outcome = collected.outcome.as_str(), objects = collected.deleted.len(), "collection");
-        }
-        sweep.record(job_key, result);
-    }
-    if !sweep.failures.is_empty() {
-        app.write_sweep_metrics(&sweep);
-    }
 }
 
 /// HeadObject of the record's object version; `Err` with the outcome when

@@ -92,8 +92,10 @@ pub enum InputUse {
     /// Every byte, held in memory ([`JobInput::bytes`]), for inputs up to
     /// `max_bytes`; a larger one the step refuses without reading it.
     Memory { max_bytes: u64 },
-    /// Every byte, from a local file ([`JobInput::spool_to`]).
-    File,
+    /// Every byte, from a local file ([`JobInput::spool_to`]), for inputs
+    /// up to `max_bytes`; a larger one the step reads by ranges (a long
+    /// video's split) or spools itself.
+    File { max_bytes: u64 },
 }
 
 impl InputUse {
@@ -101,8 +103,8 @@ impl InputUse {
     pub fn reads_whole(self, size: u64) -> bool {
         match self {
             InputUse::Ranges => false,
-            InputUse::Memory { max_bytes } => size <= max_bytes,
-            InputUse::Stream | InputUse::File => true,
+            InputUse::Memory { max_bytes } | InputUse::File { max_bytes } => size <= max_bytes,
+            InputUse::Stream => true,
         }
     }
 }

@@ -174,7 +174,9 @@ impl Step for Poster {
     }
 
     fn input_use(&self, _params: &PosterAt) -> InputUse {
-        InputUse::File
+        InputUse::File {
+            max_bytes: u64::MAX,
+        }
     }
 
     fn time_needed(&self, _params: &PosterAt) -> Duration {

@@ -19,7 +19,7 @@
 //! `segments.json`, each rendition's [`SegmentSummary`]s, from which the
 //! join writes the package's playlists. ffmpeg's own playlists are not
 //! kept. A split `hls-package` job sends its chunks as messages
-//! (`handler::split`; DESIGN.md, "Chunked HLS").
+//! (`handler::job`; DESIGN.md, "Chunked HLS").
 
 use std::path::Path;
 

@@ -43,6 +43,11 @@ use crate::step::{content_type, ChunkSpan, InputUse, JobOutputs, Step, StepConte
 /// outputs and the playlists.
 pub const SCRATCH_RESERVE_BYTES: u64 = 64 * 1024 * 1024;
 
+/// The largest upload read whole to key it (and kept for ffmpeg): 1 GiB,
+/// half the template's `/tmp`, and seconds to read. A larger one is keyed
+/// without a whole read; split, its chunks read only their spans.
+pub const WHOLE_READ_MAX_BYTES: u64 = 1 << 30;
+
 /// How often progress is logged.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
@@ -332,8 +337,14 @@ impl Step for HlsPackage {
         HlsParams::from_params(params)
     }
 
+    /// Whole, up to [`WHOLE_READ_MAX_BYTES`]: the read that keys it is
+    /// the one ffmpeg's input comes from. A larger upload is keyed without
+    /// reading it (S3's SHA-256, a cached hash, or its version and ETag),
+    /// and its chunks read only their spans; run whole, it spools itself.
     fn input_use(&self, _params: &HlsParams) -> InputUse {
-        InputUse::File
+        InputUse::File {
+            max_bytes: WHOLE_READ_MAX_BYTES,
+        }
     }
 
     fn time_needed(&self, params: &HlsParams) -> Duration {

@@ -9,7 +9,12 @@ use std::time::Instant;
 use futures::FutureExt;
 use tokio::sync::OnceCell;
 
+use super::collect::collect_now;
+use super::split_end::{end_if_settled, release_split_of};
 use super::{lock, App, Invocation, JobReport, Outcome};
+
+mod split;
+
 use crate::config::{split_s3_location, RecipeRule};
 use crate::fingerprint::{Fingerprint, FingerprintSource};
 use crate::ledger::{poison_reason, Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger};
@@ -229,7 +234,7 @@ impl<'a> JobRun<'a> {
             if claim.had_split {
                 // Its waiting versions walk again (their bytes may still be
                 // elsewhere), its chunks are released, then the row goes.
-                if let Err(err) = super::split::release_split_of(app, &claim.job_key, None).await {
+                if let Err(err) = release_split_of(app, &claim.job_key, None).await {
                     let reason = format!("{why}; ending its split failed: {err}");
                     return report.of(Outcome::Failed, claim.attempt, Some(reason));
                 }
@@ -260,11 +265,14 @@ impl<'a> JobRun<'a> {
             Ok(()) if claim.had_split => {
                 // Run whole after a split whose lease passed: its waiters
                 // are handed on and its chunks released now.
-                match super::split::end_if_settled(app, &claim.job_key, self.queue_url).await {
-                    Ok(()) => JobReport {
-                        outputs: done.then(|| claim.output_prefix.clone()),
-                        ..report.of(outcome, claim.attempt, reason)
-                    },
+                match end_if_settled(app, &claim.job_key, self.queue_url).await {
+                    Ok(released) => {
+                        collect_now(app, &released).await;
+                        JobReport {
+                            outputs: done.then(|| claim.output_prefix.clone()),
+                            ..report.of(outcome, claim.attempt, reason)
+                        }
+                    }
                     Err(err) => report.of(
                         Outcome::Failed,
                         claim.attempt,
@@ -307,11 +315,16 @@ impl<'a> JobRun<'a> {
         let Some(queue_url) = self.app.config.chunk_queue_url.as_deref().or(self.queue_url) else {
             return Ok(None);
         };
-        // A chunk message's receiver trusts only a hash S3 or mediaonce
-        // computed: a job keyed otherwise (by version and ETag) runs whole.
+        // A chunk message's receiver trusts only a key it can derive again
+        // from the version as it is: S3's SHA-256, mediaonce's computed
+        // (cached) one, or its version and ETag. An upstream manifest's
+        // (a chained job) is none of these: it runs whole.
         let trusted = matches!(
             self.fingerprint.source,
-            FingerprintSource::S3Checksum | FingerprintSource::Computed | FingerprintSource::Cached
+            FingerprintSource::S3Checksum
+                | FingerprintSource::Computed
+                | FingerprintSource::Cached
+                | FingerprintSource::VersionEtag
         );
         if !trusted {
             return Ok(None);

@@ -1,0 +1,240 @@
+//! The chunks' side of a split job (DESIGN.md, "Chunked HLS"): after each
+//! chunk's terminal outcome its worker reads the parent ([`settle_parent`]).
+//! Every chunk done: it takes the row ([`SplitWrite::Join`]), copies the
+//! segments in, writes the playlists and the manifest, and finishes the
+//! job. A chunk poisoned: it fails the job naming it. Each chunk settles
+//! after its own finish, so the last chunk to finish sees every chunk done
+//! (consistent reads); a settle that fails brings its chunk's message
+//! back, and the redelivery (reusing the chunk) settles again. The job's
+//! end (read after its finish, so every waiter added before it is there)
+//! is [`super::split_end`]'s; a settle that finds the job ended with its
+//! split still on the row ends it again.
+
+use super::collect::collect_now;
+use super::job::finish;
+use super::split_end::end_split;
+use super::{App, Invocation};
+use crate::config::{split_s3_location, RecipeRule};
+use crate::lease::is_live;
+use crate::ledger::{
+    judge, poison_reason, Claim, Conditional, FinishError, JobRow, JobStatus, SplitWrite, Verdict,
+};
+use crate::step::{content_type, JobOutputs, Manifest, StepError};
+use crate::steps::hls::chunk_job::{ChunkSegments, SEGMENTS_FILE};
+use crate::steps::hls::join::{plan_join, ChunkOutputs};
+
+/// After a chunk of `package`'s job `parent` ended (done or poisoned):
+/// the parent joined, failed, or its end handed on, as its row says. `Ok`
+/// with what was done; `Err` brings the chunk's message back.
+pub(super) async fn settle_parent(
+    app: &App,
+    invocation: &Invocation,
+    queue_url: Option<&str>,
+    package: &RecipeRule,
+    parent: &str,
+) -> Result<&'static str, String> {
+    let Some(row) = app.ledger.get(parent).await.map_err(|e| e.to_string())? else {
+        // Collected: its collection handed its waiters on.
+        return Ok("the parent is gone");
+    };
+    let Some(split) = &row.split else {
+        return Ok("the parent is not split");
+    };
+    let now = app.now_ms();
+    let poisoned = judge(&row, now, app.config.max_attempts) == Verdict::Poisoned;
+    match row.status {
+        JobStatus::Done => {
+            collect_now(app, &end_split(app, &row, queue_url).await?).await;
+            Ok("the parent's end handed on")
+        }
+        JobStatus::Failed if poisoned => {
+            collect_now(app, &end_split(app, &row, queue_url).await?).await;
+            Ok("the parent's failure handed on")
+        }
+        // Its own message comes back, takes it over and splits it again.
+        JobStatus::Failed => Ok("the parent failed and is retried"),
+        JobStatus::Collecting => Ok("the parent is being collected"),
+        // Back when the join is done (or, if its worker died, to take it).
+        JobStatus::Running if split.joining && is_live(row.lease_until_ms, now) => Err(format!(
+            "another worker joins {parent} until {} ms: the message comes back",
+            row.lease_until_ms
+        )),
+        JobStatus::Running => {
+            let mut chunks = Vec::with_capacity(split.chunks.len());
+            for key in &split.chunks {
+                chunks.push(app.ledger.get(key).await.map_err(|e| e.to_string())?);
+            }
+            let max = app.config.max_attempts;
+            let poisoned = chunks.iter().enumerate().find_map(|(index, chunk)| {
+                chunk
+                    .as_ref()
+                    .filter(|c| judge(c, now, max) == Verdict::Poisoned)
+                    .map(|c| (index, c))
+            });
+            let done: Option<Vec<&JobRow>> = chunks
+                .iter()
+                .map(|c| c.as_ref().filter(|c| c.status == JobStatus::Done))
+                .collect();
+            let joined = Join {
+                app,
+                invocation,
+                queue_url,
+                package,
+                parent: &row,
+            };
+            if let Some((index, chunk)) = poisoned {
+                let reason = format!(
+                    "chunk {index} (job {key}) failed for good: {}; to run it again, \
+                     `mediaonce retry {key}` and then this job",
+                    poison_reason(chunk),
+                    key = chunk.job_key,
+                );
+                joined.fail(&reason).await
+            } else if let Some(done) = done {
+                joined.join(&done).await
+            } else {
+                Ok("chunks still running")
+            }
+        }
+    }
+}
+
+/// A split job whose chunks all ended, taken by this worker.
+struct Join<'a> {
+    app: &'a App,
+    invocation: &'a Invocation,
+    queue_url: Option<&'a str>,
+    package: &'a RecipeRule,
+    /// The row as read, before this worker took it.
+    parent: &'a JobRow,
+}
+
+impl Join<'_> {
+    /// Takes the row from its coordinator (or a join whose lease passed):
+    /// the claim to finish it with, or `None` when another worker did.
+    async fn take(&self) -> Result<Option<Claim>, String> {
+        let app = self.app;
+        let now = app.now_ms();
+        let claim = Claim {
+            job_key: self.parent.job_key.clone(),
+            owner: app.owner_token(&self.invocation.request_id),
+            attempt: self.parent.attempts,
+            lease_until_ms: app
+                .config
+                .lease
+                .lease_until_ms(now, self.invocation.deadline_ms),
+            output_prefix: self.parent.output_prefix.clone(),
+            had_split: true,
+        };
+        let write = SplitWrite::Join {
+            seen_owner: &self.parent.owner,
+            owner: &claim.owner,
+            lease_until_ms: claim.lease_until_ms,
+        };
+        match app.ledger.write_split(&claim.job_key, write, now).await {
+            Ok(Conditional::Applied(())) => Ok(Some(claim)),
+            Ok(Conditional::Rejected(_)) => Ok(None),
+            Err(err) => Err(err.to_string()),
+        }
+    }
+
+    /// Every chunk done: the package written and the job finished, then
+    /// its end handed on.
+    async fn join(&self, chunks: &[&JobRow]) -> Result<&'static str, String> {
+        let Some(claim) = self.take().await? else {
+            return Ok("another worker joins the parent");
+        };
+        let written = self.write_package(&claim, chunks).await;
+        if let Err(err) = &written {
+            if !err.is_permanent() {
+                // The lease passes; this chunk's message comes back and
+                // joins again.
+                return Err(format!("joining {}: {err}", claim.job_key));
+            }
+        }
+        self.finish(&claim, written.err()).await
+    }
+
+    /// A chunk failed for good: so does the job, naming it.
+    async fn fail(&self, reason: &str) -> Result<&'static str, String> {
+        let Some(claim) = self.take().await? else {
+            return Ok("another worker ends the parent");
+        };
+        self.finish(&claim, Some(StepError::Unprocessable(reason.to_string())))
+            .await
+    }
+
+    /// The job finished as `error` says, then (read again: every waiter
+    /// added before the finish is on it) its end handed on.
+    async fn finish(&self, claim: &Claim, error: Option<StepError>) -> Result<&'static str, String> {
+        let app = self.app;
+        match finish(&app.ledger, claim, error, app.now_ms()).await {
+            Ok(()) => {}
+            Err(FinishError::LostLease(_)) => return Ok("another worker took the parent over"),
+            Err(err) => return Err(err.to_string()),
+        }
+        match app.ledger.get(&claim.job_key).await.map_err(|e| e.to_string())? {
+            Some(row) if row.owner == claim.owner => {
+                collect_now(app, &end_split(app, &row, self.queue_url).await?).await;
+            }
+            _ => return Ok("the parent changed after its finish"),
+        }
+        Ok("the parent joined")
+    }
+
+    /// The chunks' segments copied into the job's prefix, its playlists
+    /// and its manifest written: what one run of the whole input writes.
+    async fn write_package(&self, claim: &Claim, chunks: &[&JobRow]) -> Result<(), StepError> {
+        let app = self.app;
+        let located = |row: &JobRow| {
+            split_s3_location(&row.output_prefix)
+                .map(|(b, p)| (b.to_string(), p.to_string()))
+                .ok_or_else(|| {
+                    StepError::Failed(format!(
+                        "job {}'s output_prefix {:?} is not an s3://bucket/prefix/ location",
+                        row.job_key, row.output_prefix
+                    ))
+                })
+        };
+        let mut read = Vec::with_capacity(chunks.len());
+        for chunk in chunks {
+            let (bucket, prefix) = located(chunk)?;
+            let missing = |what: &str| {
+                StepError::Failed(format!("chunk {}'s {what} is missing", chunk.job_key))
+            };
+            let manifest: Manifest = app
+                .manifest_under(&bucket, &prefix)
+                .await
+                .map_err(StepError::Failed)?
+                .ok_or_else(|| missing("manifest"))?;
+            let segments: ChunkSegments = app
+                .json_object(&bucket, &format!("{prefix}{SEGMENTS_FILE}"), "a chunk's segments")
+                .await
+                .map_err(StepError::Failed)?
+                .ok_or_else(|| missing(SEGMENTS_FILE))?;
+            read.push(ChunkOutputs {
+                bucket,
+                prefix,
+                manifest,
+                segments,
+            });
+        }
+        let plan = plan_join(&read).map_err(StepError::Unprocessable)?;
+        let (bucket, prefix) = located(self.parent)?;
+        let mut outputs = JobOutputs::new(app.store.clone(), bucket, prefix);
+        outputs.copy_in(plan.copies).await?;
+        for (name, text) in plan.playlists {
+            outputs
+                .put_bytes(&name, content_type(&name), text.into_bytes())
+                .await?;
+        }
+        let manifest = Manifest {
+            job_key: claim.job_key.clone(),
+            input_hash: self.parent.input_hash.clone(),
+            recipe: self.package.recipe.to_value(),
+            outputs: outputs.files(),
+        };
+        outputs.write_manifest(&manifest).await
+    }
+}
+

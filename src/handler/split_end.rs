@@ -1,0 +1,103 @@
+//! The end of a split job (DESIGN.md, "Chunked HLS"): its waiting
+//! versions handed on and its chunks released (their `split#` items
+//! deleted, each chunk marked for the sweep), then the split removed from
+//! its row. Below both the job that splits and the chunks that join it,
+//! and the collection that takes an abandoned one.
+
+use super::App;
+use crate::ledger::{judge, JobRow, JobStatus, SplitWrite, Verdict};
+
+/// The holder of a split job's references to its chunks.
+pub fn holder_of(parent: &str) -> String {
+    format!("split#{parent}")
+}
+
+/// An ended split job's waiters handed on and its chunks released, then
+/// the split removed from its row (conditioned on the row as read): the
+/// chunks released, for the caller to collect at once when there is no
+/// grace ([`super::collect::collect_now`]). Each step may be done again:
+/// a release of what is released, a second hand-on (its jobs are reused),
+/// a removal refused.
+pub(super) async fn end_split(
+    app: &App,
+    row: &JobRow,
+    queue_url: Option<&str>,
+) -> Result<Vec<String>, String> {
+    let Some(split) = &row.split else {
+        return Ok(Vec::new());
+    };
+    release_split(app, row, queue_url).await?;
+    let write = SplitWrite::End {
+        seen_owner: &row.owner,
+    };
+    app.ledger
+        .write_split(&row.job_key, write, app.now_ms())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(split.chunks.clone())
+}
+
+/// A split job's waiters handed on (to `queue_url`, else the queue its
+/// chunks went to), then its chunks released: at its end, when it is
+/// collected (a split whose lease passed: its waiters walk their pipelines
+/// again and split it anew), and when a run after it releases its claim.
+pub(super) async fn release_split(
+    app: &App,
+    row: &JobRow,
+    queue_url: Option<&str>,
+) -> Result<(), String> {
+    let Some(split) = &row.split else {
+        return Ok(());
+    };
+    if !split.waiters.is_empty() {
+        let queue_url = queue_url
+            .or(Some(split.queue_url.as_str()).filter(|url| !url.is_empty()))
+            .ok_or_else(|| {
+                format!(
+                    "{} versions wait for job {}, and there is no queue to hand them on to",
+                    split.waiters.len(),
+                    row.job_key
+                )
+            })?;
+        for waiter in &split.waiters {
+            app.queue
+                .send(queue_url, waiter)
+                .await
+                .map_err(|e| format!("handing a waiting version on to {queue_url}: {e}"))?;
+        }
+    }
+    app.ledger
+        .release_held(&holder_of(&row.job_key), &split.chunks, app.now_ms())
+        .await
+        .map_err(|e| format!("releasing {}'s chunks: {e}", row.job_key))
+}
+
+/// [`release_split`] of the job's row as it is now.
+pub(super) async fn release_split_of(
+    app: &App,
+    job_key: &str,
+    queue_url: Option<&str>,
+) -> Result<(), String> {
+    match app.ledger.get(job_key).await.map_err(|e| e.to_string())? {
+        Some(row) => release_split(app, &row, queue_url).await,
+        None => Ok(()),
+    }
+}
+
+/// The job's split ended when no chunk will settle it: the job is done
+/// (run whole after its split's lease passed) or failed for good. The
+/// chunks released, as [`end_split`]'s.
+pub(super) async fn end_if_settled(
+    app: &App,
+    job_key: &str,
+    queue_url: Option<&str>,
+) -> Result<Vec<String>, String> {
+    let Some(row) = app.ledger.get(job_key).await.map_err(|e| e.to_string())? else {
+        return Ok(Vec::new());
+    };
+    let poisoned = judge(&row, app.now_ms(), app.config.max_attempts) == Verdict::Poisoned;
+    if row.split.is_some() && (row.status == JobStatus::Done || poisoned) {
+        return end_split(app, &row, queue_url).await;
+    }
+    Ok(Vec::new())
+}
