@@ -10,6 +10,7 @@ mod common;
 
 use std::collections::HashMap;
 
+use common::events::{events, subscribed_bus};
 use common::media::noise_png;
 use common::{Options, Pipeline};
 use mediaonce::config::ENV_EVENT_BUS;
@@ -21,69 +22,6 @@ const RECIPES: &str = r#"[
   {"name": "thumbs", "step": "thumbnail", "version": 1, "params": {"widths": [32]},
    "match": {"suffix": ".jpg"}}
 ]"#;
-
-/// A bus with a rule sending every mediaonce event to a new queue: the
-/// bus's name and the queue's URL.
-async fn subscribed_bus(p: &Pipeline) -> (String, String) {
-    let sdk = mediaonce::aws::load_sdk_config().await;
-    let events = mediaonce::aws::eventbridge_client(&sdk);
-    let bus = common::unique("bus");
-    events
-        .create_event_bus()
-        .name(&bus)
-        .send()
-        .await
-        .expect("create bus");
-    let queue_url = p
-        .sqs
-        .create_queue()
-        .queue_name(common::unique("app"))
-        .send()
-        .await
-        .expect("create queue")
-        .queue_url
-        .expect("queue url");
-    let queue_arn = common::queue_arn(&p.sqs, &queue_url).await;
-    events
-        .put_rule()
-        .name("mediaonce-completions")
-        .event_bus_name(&bus)
-        .event_pattern(r#"{"source": ["mediaonce"]}"#)
-        .send()
-        .await
-        .expect("put rule");
-    events
-        .put_targets()
-        .rule("mediaonce-completions")
-        .event_bus_name(&bus)
-        .targets(
-            aws_sdk_eventbridge::types::Target::builder()
-                .id("app-queue")
-                .arn(queue_arn)
-                .build()
-                .expect("target"),
-        )
-        .send()
-        .await
-        .expect("put targets");
-    (bus, queue_url)
-}
-
-/// The next `count` events the application's queue receives, as
-/// EventBridge delivers them.
-async fn events(p: &Pipeline, queue_url: &str, count: usize) -> Vec<Value> {
-    let mut got = Vec::new();
-    for _ in 0..20 {
-        if got.len() >= count {
-            break;
-        }
-        for message in common::receive_from(&p.sqs, queue_url).await {
-            got.push(serde_json::from_str(message.body().unwrap()).expect("an event"));
-        }
-    }
-    assert_eq!(got.len(), count, "{got:#?}");
-    got
-}
 
 fn job<'a>(event: &'a Value, recipe: &str) -> &'a Value {
     event["detail"]["jobs"]

@@ -835,6 +835,28 @@ async fn split_contract<T: LedgerTable>(table: &T) {
     );
     assert_eq!(table.get("s").await.unwrap().unwrap().split, None);
 
+    // A split job whose runs are spent and whose lease passed a grace ago
+    // is due for collection (its waiters are handed on then); another
+    // running row at its cap is not (poisoned: it stops its content).
+    for (key, split) in [("spent-split", true), ("spent", false)] {
+        let mut spent = row(key, "gone/1", JobStatus::Running, 100);
+        spent.attempts = 6;
+        spent.split = split.then(|| JobSplit {
+            chunks: chunks.clone(),
+            ..JobSplit::default()
+        });
+        table.put_new(&spent).await.unwrap();
+    }
+    let due = CollectDue {
+        before_ms: 1_000,
+        now_ms: 2_000,
+        max_attempts: 3,
+    };
+    let (rows, _) = table.scan_collectable(&due, None).await.unwrap();
+    let keys: Vec<&str> = rows.iter().map(|r| r.job_key.as_str()).collect();
+    assert!(keys.contains(&"spent-split"), "{keys:?}");
+    assert!(!keys.contains(&"spent"), "{keys:?}");
+
     let holder = "split#s";
     let shard = references::shard_of(holder);
     table

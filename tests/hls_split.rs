@@ -14,6 +14,7 @@ use common::media::av_clip;
 use common::ts::read_segment;
 use common::{Options, Pipeline};
 
+use mediaonce::config::ENV_EVENT_BUS;
 use mediaonce::fingerprint::FingerprintSource;
 use mediaonce::handler::{JobReport, Outcome};
 use mediaonce::key::{job_key, sha256_hex};
@@ -73,6 +74,28 @@ async fn drain(p: &Pipeline) -> Drained {
     drained
 }
 
+/// The completion events the application's queue got (at least one: a
+/// version may be handed on twice), each the same result.
+async fn completion_events(p: &Pipeline, queue_url: &str) -> Vec<serde_json::Value> {
+    let mut got: Vec<serde_json::Value> = Vec::new();
+    for _ in 0..20 {
+        let batch = common::receive_from(&p.sqs, queue_url).await;
+        if batch.is_empty() && !got.is_empty() {
+            break;
+        }
+        for message in batch {
+            got.push(serde_json::from_str(message.body().unwrap()).expect("an event"));
+        }
+    }
+    assert!(!got.is_empty(), "no completion event");
+    let ids: BTreeSet<String> = got
+        .iter()
+        .map(|e| e["detail"]["eventId"].to_string())
+        .collect();
+    assert_eq!(ids.len(), 1, "{got:#?}");
+    got
+}
+
 /// Every object under the job's prefix, by name.
 async fn package_of(p: &Pipeline, job_key: &str) -> BTreeMap<String, Vec<u8>> {
     let prefix = format!("derived/{job_key}/");
@@ -86,7 +109,9 @@ async fn package_of(p: &Pipeline, job_key: &str) -> BTreeMap<String, Vec<u8>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_video_is_split_into_chunk_jobs_and_joined_into_what_one_job_writes() {
-    let p = split_pipeline(Vec::new()).await;
+    let p0 = Pipeline::new(Options::default()).await;
+    let (bus, app_queue) = common::events::subscribed_bus(&p0).await;
+    let p = split_pipeline(vec![(ENV_EVENT_BUS, bus)]).await;
     // 5 s of picture and sound: five 1 s chunks.
     let bytes = std::fs::read(av_clip("hls-split-5s.mp4", "320x240", 24, 5, &[])).unwrap();
     let whole = run_direct(&step_in("split-whole"), &bytes, split_params(), None)
@@ -172,6 +197,22 @@ async fn a_long_video_is_split_into_chunk_jobs_and_joined_into_what_one_job_writ
         assert_eq!(file.size, one_run.len() as u64, "{}", file.name);
     }
 
+    // The version's completion event, sent by its hand-on: the package
+    // done, every file listed and counted.
+    let event = &completion_events(&p, &app_queue).await[0];
+    assert_eq!(
+        event["detail-type"], "Media Pipeline Succeeded",
+        "{event:#}"
+    );
+    assert_eq!(event["detail"]["key"], "talks/long.mp4");
+    let job = &event["detail"]["jobs"][0];
+    assert_eq!(
+        (job["jobKey"].as_str(), job["status"].as_str()),
+        (Some(parent.job_key.as_str()), Some("done"))
+    );
+    assert_eq!(job["fileCount"], whole.len());
+    assert_eq!(job["files"].as_array().unwrap().len(), whole.len());
+
     // Read as a player would: every segment opens on an IDR, frames 1/24 s
     // apart and audio frames 1,024 samples apart across every chunk's cut;
     // and it plays end to end in ffmpeg's HLS client, every frame and
@@ -255,7 +296,10 @@ fn ffmpeg_failing_span_2() -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_that_fails_for_good_fails_its_parent_with_the_reason() {
     // One failure poisons a job here, so chunk 2 fails for good at once.
+    let p0 = Pipeline::new(Options::default()).await;
+    let (bus, app_queue) = common::events::subscribed_bus(&p0).await;
     let p = split_pipeline(vec![
+        (ENV_EVENT_BUS, bus),
         (
             "MEDIAONCE_FFMPEG",
             ffmpeg_failing_span_2().display().to_string(),
@@ -325,6 +369,16 @@ async fn a_chunk_that_fails_for_good_fails_its_parent_with_the_reason() {
     let report = p.handle(vec![p.send_raw(&second_body).await]).await;
     let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
     assert_eq!(outcomes, [Outcome::Skipped], "{report:?}");
+    // The version's event says the package failed, naming the chunk.
+    let event = &completion_events(&p, &app_queue).await[0];
+    assert_eq!(event["detail-type"], "Media Pipeline Failed", "{event:#}");
+    let message = event["detail"]["jobs"][0]["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("chunk 2") && message.contains("injected failure"),
+        "{message}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

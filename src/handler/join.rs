@@ -174,7 +174,9 @@ impl Join<'_> {
             Err(err) => return Err(err.to_string()),
         }
         match app.ledger.get(&claim.job_key).await.map_err(|e| e.to_string())? {
-            Some(row) if row.owner == claim.owner => {
+            // Ended by this finish (or since: a sweep that kept it owns
+            // it now); `End` is conditioned on the owner read.
+            Some(row) if matches!(row.status, JobStatus::Done | JobStatus::Failed) => {
                 collect_now(app, &end_split(app, &row, self.queue_url).await?).await;
             }
             _ => return Ok("the parent changed after its finish"),

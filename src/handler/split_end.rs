@@ -72,15 +72,18 @@ pub(super) async fn release_split(
         .map_err(|e| format!("releasing {}'s chunks: {e}", row.job_key))
 }
 
-/// [`release_split`] of the job's row as it is now.
-pub(super) async fn release_split_of(
+/// [`end_split`] of the job's row as it is now, when it has ended (done
+/// or failed) with its split on it.
+pub(super) async fn end_split_of(
     app: &App,
     job_key: &str,
     queue_url: Option<&str>,
-) -> Result<(), String> {
+) -> Result<Vec<String>, String> {
     match app.ledger.get(job_key).await.map_err(|e| e.to_string())? {
-        Some(row) => release_split(app, &row, queue_url).await,
-        None => Ok(()),
+        Some(row) if matches!(row.status, JobStatus::Done | JobStatus::Failed) => {
+            end_split(app, &row, queue_url).await
+        }
+        _ => Ok(Vec::new()),
     }
 }
 

@@ -33,7 +33,8 @@ const COLLECTABLE: &str = "(attribute_not_exists(#retry) OR #retry <= :now) AND 
      (#status = :done AND #ref_items = :true AND attribute_exists(#mark) \
      AND #released <= :cutoff) \
      OR (#status = :collecting AND #lease <= :now) \
-     OR (#status = :running AND #lease <= :cutoff AND #attempts < :max_runs) \
+     OR (#status = :running AND #lease <= :cutoff \
+         AND (#attempts < :max_runs OR attribute_exists(#split))) \
      OR (#status = :failed AND #updated <= :cutoff AND #attempts < :max_runs \
          AND #failures < :max_attempts \
          AND (attribute_not_exists(#permanent) OR #permanent = :false)))";
@@ -53,6 +54,7 @@ fn collectable_names() -> std::collections::HashMap<String, String> {
         ("#failures", attr::FAILURES),
         ("#permanent", attr::PERMANENT),
         ("#retry", attr::COLLECT_RETRY_AT_MS),
+        ("#split", attr::SPLIT_CHUNKS),
     ]
     .into_iter()
     .map(|(name, attribute)| (name.to_string(), attribute.to_string()))

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use mediaonce::lease::Clock;
 
 pub mod counting;
+pub mod events;
 pub mod heif;
 pub mod hls;
 pub mod media;

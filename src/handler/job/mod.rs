@@ -10,7 +10,7 @@ use futures::FutureExt;
 use tokio::sync::OnceCell;
 
 use super::collect::collect_now;
-use super::split_end::{end_if_settled, release_split_of};
+use super::split_end::{end_if_settled, end_split_of};
 use super::{lock, App, Invocation, JobReport, Outcome};
 
 mod split;
@@ -232,12 +232,25 @@ impl<'a> JobRun<'a> {
                 input.head.etag
             );
             if claim.had_split {
-                // Its waiting versions walk again (their bytes may still be
-                // elsewhere), its chunks are released, then the row goes.
-                if let Err(err) = release_split_of(app, &claim.job_key, None).await {
-                    let reason = format!("{why}; ending its split failed: {err}");
-                    return report.of(Outcome::Failed, claim.attempt, Some(reason));
-                }
+                // Finished failed, so that no version waits on it after,
+                // then its split ended: its waiting versions walk again
+                // (their bytes may still be elsewhere), its chunks are
+                // released. The row stays until collected.
+                let ended = match app.ledger.finish_failed(claim, &why, app.now_ms()).await {
+                    Ok(()) => end_split_of(app, &claim.job_key, None).await,
+                    Err(FinishError::LostLease(_)) => Ok(Vec::new()),
+                    Err(err) => Err(err.to_string()),
+                };
+                return match ended {
+                    Ok(released) => {
+                        collect_now(app, &released).await;
+                        report.of(Outcome::Skipped, claim.attempt, Some(why))
+                    }
+                    Err(err) => {
+                        let reason = format!("{why}; ending its split failed: {err}");
+                        report.of(Outcome::Failed, claim.attempt, Some(reason))
+                    }
+                };
             }
             return match app.ledger.release(claim).await {
                 // Released, or taken over meanwhile (the successor's run stands).
@@ -328,6 +341,17 @@ impl<'a> JobRun<'a> {
         );
         if !trusted {
             return Ok(None);
+        }
+        // The chunks trust a computed hash only from the cache: its write,
+        // which the keying read only tried, must have happened.
+        if self.fingerprint.source == FingerprintSource::Computed {
+            let version = crate::identity::ObjectVersion::of(&self.bytes.head);
+            let hash = &self.fingerprint.input_hash;
+            self.app
+                .ledger
+                .cache_input_hash(&version, hash, self.app.now_ms())
+                .await
+                .map_err(|e| StepError::Failed(format!("caching the input hash: {e}")))?;
         }
         let context = self.context(input);
         Ok(self

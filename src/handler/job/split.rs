@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::super::split_end::{end_if_settled, holder_of};
 use super::super::{collect::collect_now, JobReport, Outcome};
 use super::{JobRun, Reporter};
+use crate::fingerprint::FingerprintSource;
 use crate::key::job_key;
 use crate::ledger::{
     Claim, Conditional, FinishError, JobRow, JobStatus, SplitWrite, MAX_SPLIT_BYTES,
@@ -21,8 +22,10 @@ use crate::steps::hls::chunk_job::ChunkParams;
 
 /// How long a split job's coordinator holds it while its chunks run: a
 /// split not joined by then is taken over by the next claim (a new upload
-/// of the bytes, a reprocess), which sends the chunks not done again.
-pub const SPLIT_LEASE: Duration = Duration::from_secs(3600);
+/// of the bytes, a reprocess), which sends the chunks not done again. Two
+/// hours: longer than the template's chunk queue keeps a message in
+/// flight (5,400 s), so a chunk whose worker died comes back inside it.
+pub const SPLIT_LEASE: Duration = Duration::from_secs(7200);
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -153,6 +156,15 @@ impl JobRun<'_> {
         let Some(split) = &row.split else {
             return busy("the job's split ended".into());
         };
+        // Only a split still running takes waiters: a job being collected
+        // (or ended) would acknowledge a version nobody hands on.
+        if row.status != JobStatus::Running {
+            return busy(format!("the split job is {}", row.status.as_str()));
+        }
+        // A chained job's version is an output, which no hand-on walks.
+        if self.fingerprint.source == FingerprintSource::UpstreamManifest {
+            return busy("a chained job waits for the split job by coming back".into());
+        }
         if split.waiters.contains(&waiter) {
             return waiting;
         }

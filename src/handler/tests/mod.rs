@@ -12,6 +12,8 @@ use crate::ledger::{ClaimOutcome, ClaimRequest, JobRow, JobStatus};
 use crate::queue::RecordingQueue;
 use crate::store::memory::InMemoryObjects;
 
+mod split;
+
 const ARN: &str = "arn:aws:sqs:us-east-1:123456789012:jobs";
 
 struct Fixture {
