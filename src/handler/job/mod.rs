@@ -342,6 +342,10 @@ impl<'a> JobRun<'a> {
         if !trusted {
             return Ok(None);
         }
+        let context = self.context(input);
+        let Some(spans) = self.rule.step.split(&context).await? else {
+            return Ok(None);
+        };
         // The chunks trust a computed hash only from the cache: its write,
         // which the keying read only tried, must have happened.
         if self.fingerprint.source == FingerprintSource::Computed {
@@ -353,13 +357,7 @@ impl<'a> JobRun<'a> {
                 .await
                 .map_err(|e| StepError::Failed(format!("caching the input hash: {e}")))?;
         }
-        let context = self.context(input);
-        Ok(self
-            .rule
-            .step
-            .split(&context)
-            .await?
-            .map(|spans| (spans, queue_url)))
+        Ok(Some((spans, queue_url)))
     }
 
     /// Runs the step and writes the manifest after it. A panicking step is a
