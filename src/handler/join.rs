@@ -12,7 +12,7 @@
 
 use super::collect::collect_now;
 use super::job::finish;
-use super::split_end::end_split;
+use super::split_end::{end_split, settled};
 use super::{App, Invocation};
 use crate::config::{split_s3_location, RecipeRule};
 use crate::lease::is_live;
@@ -41,18 +41,15 @@ pub(super) async fn settle_parent(
         return Ok("the parent is not split");
     };
     let now = app.now_ms();
-    let poisoned = judge(&row, now, app.config.max_attempts) == Verdict::Poisoned;
+    if settled(app, &row) {
+        collect_now(app, &end_split(app, &row, queue_url).await?).await;
+        return Ok("the parent's end handed on");
+    }
     match row.status {
-        JobStatus::Done => {
-            collect_now(app, &end_split(app, &row, queue_url).await?).await;
-            Ok("the parent's end handed on")
-        }
-        JobStatus::Failed if poisoned => {
-            collect_now(app, &end_split(app, &row, queue_url).await?).await;
-            Ok("the parent's failure handed on")
-        }
-        // Its own message comes back, takes it over and splits it again.
-        JobStatus::Failed => Ok("the parent failed and is retried"),
+        // Not settled (a done or poisoned parent was ended above): a
+        // retryable failure, whose own message comes back, takes it over
+        // and splits it again.
+        JobStatus::Done | JobStatus::Failed => Ok("the parent failed and is retried"),
         JobStatus::Collecting => Ok("the parent is being collected"),
         // Back when the join is done (or, if its worker died, to take it).
         JobStatus::Running if split.joining && is_live(row.lease_until_ms, now) => Err(format!(

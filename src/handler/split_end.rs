@@ -98,9 +98,15 @@ pub(super) async fn end_if_settled(
     let Some(row) = app.ledger.get(job_key).await.map_err(|e| e.to_string())? else {
         return Ok(Vec::new());
     };
-    let poisoned = judge(&row, app.now_ms(), app.config.max_attempts) == Verdict::Poisoned;
-    if row.split.is_some() && (row.status == JobStatus::Done || poisoned) {
+    if settled(app, &row) {
         return end_split(app, &row, queue_url).await;
     }
     Ok(Vec::new())
+}
+
+/// Whether the split job has ended so that no chunk will change it: done,
+/// or failed for good (a retryable failure is taken over and split anew).
+pub(super) fn settled(app: &App, row: &JobRow) -> bool {
+    let poisoned = judge(row, app.now_ms(), app.config.max_attempts) == Verdict::Poisoned;
+    row.split.is_some() && (row.status == JobStatus::Done || poisoned)
 }

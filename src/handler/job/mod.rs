@@ -275,28 +275,23 @@ impl<'a> JobRun<'a> {
         };
         let done = result.is_ok();
         match finish(&app.ledger, claim, result.err(), app.now_ms()).await {
-            Ok(()) if claim.had_split => {
-                // Run whole after a split whose lease passed: its waiters
-                // are handed on and its chunks released now.
-                match end_if_settled(app, &claim.job_key, self.queue_url).await {
-                    Ok(released) => {
-                        collect_now(app, &released).await;
-                        JobReport {
-                            outputs: done.then(|| claim.output_prefix.clone()),
-                            ..report.of(outcome, claim.attempt, reason)
+            Ok(()) => {
+                if claim.had_split {
+                    // Run whole after a split whose lease passed: its
+                    // waiters are handed on and its chunks released now.
+                    match end_if_settled(app, &claim.job_key, self.queue_url).await {
+                        Ok(released) => collect_now(app, &released).await,
+                        Err(err) => {
+                            let reason = format!("ending the job's earlier split: {err}");
+                            return report.of(Outcome::Failed, claim.attempt, Some(reason));
                         }
                     }
-                    Err(err) => report.of(
-                        Outcome::Failed,
-                        claim.attempt,
-                        Some(format!("ending the job's earlier split: {err}")),
-                    ),
+                }
+                JobReport {
+                    outputs: done.then(|| claim.output_prefix.clone()),
+                    ..report.of(outcome, claim.attempt, reason)
                 }
             }
-            Ok(()) => JobReport {
-                outputs: done.then(|| claim.output_prefix.clone()),
-                ..report.of(outcome, claim.attempt, reason)
-            },
             Err(FinishError::LostLease(_)) => report.of(
                 Outcome::Busy,
                 claim.attempt,
