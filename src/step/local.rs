@@ -4,7 +4,6 @@
 //! running its step cost one GET between them.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -58,10 +57,6 @@ impl Drop for ScratchFile {
         let _ = std::fs::remove_file(&self.path);
     }
 }
-
-/// Names of scratch files: unique within the process, and the process id
-/// keeps two processes sharing `/tmp` apart.
-static SCRATCH_FILES: AtomicU64 = AtomicU64::new(0);
 
 /// One object version, read on first need and then shared by the jobs of
 /// its record.
@@ -133,11 +128,7 @@ impl ObjectBytes {
             Keep::File => {
                 crate::step::scratch::ensure_room(&self.scratch, self.head.size, 0)
                     .map_err(failed)?;
-                let path = self.scratch.join(format!(
-                    "mediaonce-input-{}-{}",
-                    std::process::id(),
-                    SCRATCH_FILES.fetch_add(1, Ordering::Relaxed)
-                ));
+                let path = crate::step::scratch::unique_path(&self.scratch, "mediaonce-input");
                 let file = tokio::fs::File::create(&path)
                     .await
                     .map_err(|e| failed(format!("creating {}: {e}", path.display())))?;

@@ -196,7 +196,8 @@ impl MovieScratch {
             input.head.size
         };
         crate::step::scratch::ensure_room(scratch, spooled, reserve).map_err(StepError::Failed)?;
-        let dir = scratch.join(format!("mediaonce-{}", context.job_key));
+        let dir =
+            crate::step::scratch::unique_path(scratch, &format!("mediaonce-{}", context.job_key));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)
             .map_err(|e| StepError::Failed(format!("creating {}: {e}", dir.display())))?;

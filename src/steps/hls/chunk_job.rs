@@ -169,7 +169,10 @@ impl Step for HlsChunk {
         let step = &self.0;
         crate::step::scratch::ensure_room(&step.scratch, copy.bytes, step.scratch_reserve)
             .map_err(StepError::Failed)?;
-        let dir = step.scratch.join(format!("mediaonce-{}", context.job_key));
+        let dir = crate::step::scratch::unique_path(
+            &step.scratch,
+            &format!("mediaonce-{}", context.job_key),
+        );
         let _ = std::fs::remove_dir_all(&dir);
         let out_dir = dir.join("out");
         std::fs::create_dir_all(&out_dir)
