@@ -332,12 +332,17 @@ async fn a_chunk_that_fails_for_good_fails_its_parent_with_the_reason() {
 
     // The others run, and settle: chunk 2 failed for good (one failure is
     // the cap), so the parent fails with its reason, its chunks released
-    // and its waiting version handed on.
-    let report = p.handle(messages).await;
-    assert!(
-        report.response().batch_item_failures.is_empty(),
-        "{report:?}"
-    );
+    // and its waiting version handed on. One at a time: two chunks settling
+    // at once may find the other's worker ending the parent, and that one's
+    // message comes back (in case that worker dies), which is not what
+    // this test is about.
+    for message in messages {
+        let report = p.handle(vec![message]).await;
+        assert!(
+            report.response().batch_item_failures.is_empty(),
+            "{report:?}"
+        );
+    }
     let row = p.row(&parent.job_key).await.unwrap();
     assert_eq!((row.status, row.permanent), (JobStatus::Failed, true));
     let error = row.error.unwrap_or_default();
@@ -378,6 +383,82 @@ async fn a_chunk_that_fails_for_good_fails_its_parent_with_the_reason() {
     assert!(
         message.contains("chunk 2") && message.contains("injected failure"),
         "{message}"
+    );
+}
+
+/// Two chunks settling at once: the second finds the first's worker
+/// joining, and its message comes back (were that worker to die, the
+/// redelivery would take the join over); once the join is done, the
+/// redelivery is acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_that_finds_the_join_held_comes_back_and_then_settles() {
+    let p = split_pipeline(Vec::new()).await;
+    let bytes = small_clip();
+    p.put("talks/joined.mp4", &bytes, true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let parent = report.jobs().next().unwrap().clone();
+    assert_eq!(parent.outcome, Outcome::Waiting, "{parent:?}");
+    let mut messages = p.receive(3).await;
+    assert_eq!(messages.len(), 3);
+    messages.sort_by_key(|m| {
+        (0..3)
+            .position(|i| {
+                m.body
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains(&format!("\"index\":{i}"))
+            })
+            .expect("a chunk message")
+    });
+    let chunk_1 = messages[1].body.clone().unwrap();
+    let last = messages.pop().unwrap();
+
+    // Chunks 0 and 1 run; neither joins.
+    let report = p.handle(messages).await;
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
+
+    // Chunk 2's worker takes the row and writes the package, and is held
+    // before it finishes the job (its second finish: the first is its
+    // chunk's own).
+    let (joiner, held) = p.paused_worker(mediaonce::faults::Call::Finish, 1);
+    let joining = tokio::spawn(common::handle_with(joiner, vec![last]));
+    held.reached().await;
+    let row = p.row(&parent.job_key).await.unwrap();
+    assert_eq!(row.status, JobStatus::Running);
+    assert!(row.split.as_ref().is_some_and(|s| s.joining), "{row:?}");
+
+    // Chunk 1's message again: its chunk is reused, and its settle finds
+    // the join held by a live worker, so the message comes back.
+    let report = p.handle(vec![p.send_raw(&chunk_1).await]).await;
+    let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Reused], "{report:?}");
+    assert_eq!(report.response().batch_item_failures.len(), 1);
+    let error = report.messages[0].error.clone().unwrap_or_default();
+    assert!(error.contains("another worker joins"), "{error}");
+
+    // The join ends; the redelivery is acknowledged.
+    held.resume();
+    let report = joining.await.unwrap();
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
+    let row = p.row(&parent.job_key).await.unwrap();
+    assert_eq!((row.status, row.split), (JobStatus::Done, None));
+    // The version, handed on once by the join, reuses the package.
+    let drained = drain(&p).await;
+    let parents: Vec<Outcome> = drained.jobs.iter().map(|j| j.outcome).collect();
+    assert_eq!(parents, [Outcome::Reused]);
+    // Its parent no longer split, the redelivery runs nothing.
+    let report = p.handle(vec![p.send_raw(&chunk_1).await]).await;
+    let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Skipped], "{report:?}");
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
     );
 }
 

@@ -16,10 +16,10 @@ use aws_sdk_s3::types::{
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 use mediaonce::config::{Config, ENV_OUTPUT_BUCKET, ENV_RECIPES, ENV_TABLE};
-use mediaonce::faults::FaultPlan;
+use mediaonce::faults::{Call, FaultPlan};
 use mediaonce::handler::{App, BatchReport};
 use mediaonce::ledger::dynamodb::DynamoDbTable;
-use mediaonce::ledger::faults::FaultyTable;
+use mediaonce::ledger::faults::{FaultyTable, Pause};
 use mediaonce::ledger::{JobRow, Ledger, RetryPolicy};
 use mediaonce::queue::Queue;
 use mediaonce::steps::StepRegistry;
@@ -260,6 +260,28 @@ impl Pipeline {
             Some(bus) => app.with_bus(bus.clone()),
             None => app,
         })
+    }
+
+    /// Another worker on the same pipeline whose `nth` ledger call of
+    /// kind `call` (0: the first) waits until the test lets it go.
+    pub fn paused_worker(&self, call: Call, nth: usize) -> (Arc<App>, Arc<Pause>) {
+        let faults = Arc::new(FaultPlan::new());
+        let (table, pause) = FaultyTable::new(
+            DynamoDbTable::new(self.counted_dynamodb.clone(), self.table.clone()),
+            faults.clone(),
+        )
+        .pause_before(call, nth);
+        let app = App::new(
+            self.config.clone(),
+            Ledger::new(table).with_retry(RetryPolicy::immediate()),
+            ObjectStore::new(FaultyObjects::new(S3Objects::new(self.s3.clone()), faults)),
+            Queue::sqs(self.sqs.clone()),
+        );
+        let app = match &self.bus {
+            Some(bus) => app.with_bus(bus.clone()),
+            None => app,
+        };
+        (Arc::new(app), pause)
     }
 
     /// Another worker on the same pipeline whose objects go through `store`.
