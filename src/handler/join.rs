@@ -10,6 +10,8 @@
 //! is [`super::split_end`]'s; a settle that finds the job ended with its
 //! split still on the row ends it again.
 
+use futures::{StreamExt, TryStreamExt};
+
 use super::collect::collect_now;
 use super::job::finish;
 use super::split_end::{end_split, settled};
@@ -22,6 +24,9 @@ use crate::ledger::{
 use crate::step::{content_type, JobOutputs, Manifest, StepError};
 use crate::steps::hls::chunk_job::{ChunkSegments, SEGMENTS_FILE};
 use crate::steps::hls::join::{plan_join, ChunkOutputs};
+
+/// Chunk rows, or chunk outputs, read at once by a settle or a join.
+const READS_AT_ONCE: usize = 16;
 
 /// After a chunk of `package`'s job `parent` ended (done or poisoned):
 /// the parent joined, failed, or its end handed on, as its row says. `Ok`
@@ -57,10 +62,15 @@ pub(super) async fn settle_parent(
             row.lease_until_ms
         )),
         JobStatus::Running => {
-            let mut chunks = Vec::with_capacity(split.chunks.len());
-            for key in &split.chunks {
-                chunks.push(app.ledger.get(key).await.map_err(|e| e.to_string())?);
-            }
+            // An hour's 60 chunk rows, read 16 at a time, in order.
+            // (The futures made first: a stream's closure over borrowed
+            // rows is not `Send` for every lifetime, as spawn needs.)
+            let reads: Vec<_> = split.chunks.iter().map(|key| app.ledger.get(key)).collect();
+            let chunks: Vec<Option<JobRow>> = futures::stream::iter(reads)
+                .buffered(READS_AT_ONCE)
+                .try_collect()
+                .await
+                .map_err(|e| e.to_string())?;
             let max = app.config.max_attempts;
             let poisoned = chunks.iter().enumerate().find_map(|(index, chunk)| {
                 chunk
@@ -195,29 +205,37 @@ impl Join<'_> {
                     ))
                 })
         };
-        let mut read = Vec::with_capacity(chunks.len());
-        for chunk in chunks {
-            let (bucket, prefix) = located(chunk)?;
-            let missing = |what: &str| {
-                StepError::Failed(format!("chunk {}'s {what} is missing", chunk.job_key))
-            };
-            let manifest: Manifest = app
-                .manifest_under(&bucket, &prefix)
-                .await
-                .map_err(StepError::Failed)?
-                .ok_or_else(|| missing("manifest"))?;
-            let segments: ChunkSegments = app
-                .json_object(&bucket, &format!("{prefix}{SEGMENTS_FILE}"), "a chunk's segments")
-                .await
-                .map_err(StepError::Failed)?
-                .ok_or_else(|| missing(SEGMENTS_FILE))?;
-            read.push(ChunkOutputs {
-                bucket,
-                prefix,
-                manifest,
-                segments,
-            });
-        }
+        // Each chunk's manifest and summaries (two GETs), 16 chunks at a
+        // time, in order.
+        let reads: Vec<_> = chunks
+            .iter()
+            .map(|chunk| async move {
+                let (bucket, prefix) = located(chunk)?;
+                let missing = |what: &str| {
+                    StepError::Failed(format!("chunk {}'s {what} is missing", chunk.job_key))
+                };
+                let manifest: Manifest = app
+                    .manifest_under(&bucket, &prefix)
+                    .await
+                    .map_err(StepError::Failed)?
+                    .ok_or_else(|| missing("manifest"))?;
+                let segments: ChunkSegments = app
+                    .json_object(&bucket, &format!("{prefix}{SEGMENTS_FILE}"), "a chunk's segments")
+                    .await
+                    .map_err(StepError::Failed)?
+                    .ok_or_else(|| missing(SEGMENTS_FILE))?;
+                Ok::<_, StepError>(ChunkOutputs {
+                    bucket,
+                    prefix,
+                    manifest,
+                    segments,
+                })
+            })
+            .collect();
+        let read: Vec<ChunkOutputs> = futures::stream::iter(reads)
+            .buffered(READS_AT_ONCE)
+            .try_collect()
+            .await?;
         let plan = plan_join(&read).map_err(StepError::Unprocessable)?;
         let (bucket, prefix) = located(self.parent)?;
         let mut outputs = JobOutputs::new(app.store.clone(), bucket, prefix);
