@@ -332,17 +332,13 @@ async fn a_chunk_that_fails_for_good_fails_its_parent_with_the_reason() {
 
     // The others run, and settle: chunk 2 failed for good (one failure is
     // the cap), so the parent fails with its reason, its chunks released
-    // and its waiting version handed on. One at a time: two chunks settling
-    // at once may find the other's worker ending the parent, and that one's
-    // message comes back (in case that worker dies), which is not what
-    // this test is about.
-    for message in messages {
-        let report = p.handle(vec![message]).await;
-        assert!(
-            report.response().batch_item_failures.is_empty(),
-            "{report:?}"
-        );
-    }
+    // and its waiting version handed on. In one batch: a settle that finds
+    // the other's worker ending the parent is done too.
+    let report = p.handle(messages).await;
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
     let row = p.row(&parent.job_key).await.unwrap();
     assert_eq!((row.status, row.permanent), (JobStatus::Failed, true));
     let error = row.error.unwrap_or_default();
@@ -387,11 +383,11 @@ async fn a_chunk_that_fails_for_good_fails_its_parent_with_the_reason() {
 }
 
 /// Two chunks settling at once: the second finds the first's worker
-/// joining, and its message comes back (were that worker to die, the
-/// redelivery would take the join over); once the join is done, the
-/// redelivery is acknowledged.
+/// joining and is done (its message acknowledged). The joiner's own
+/// message carries the join: its worker dies, and that message's
+/// redelivery, past the join's lease, takes the join over and ends it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_chunk_that_finds_the_join_held_comes_back_and_then_settles() {
+async fn a_join_is_carried_by_the_joiners_message_alone() {
     let p = split_pipeline(Vec::new()).await;
     let bytes = small_clip();
     p.put("talks/joined.mp4", &bytes, true).await;
@@ -412,6 +408,7 @@ async fn a_chunk_that_finds_the_join_held_comes_back_and_then_settles() {
     });
     let chunk_1 = messages[1].body.clone().unwrap();
     let last = messages.pop().unwrap();
+    let last_body = last.body.clone().unwrap();
 
     // Chunks 0 and 1 run; neither joins.
     let report = p.handle(messages).await;
@@ -431,35 +428,61 @@ async fn a_chunk_that_finds_the_join_held_comes_back_and_then_settles() {
     assert!(row.split.as_ref().is_some_and(|s| s.joining), "{row:?}");
 
     // Chunk 1's message again: its chunk is reused, and its settle finds
-    // the join held by a live worker, so the message comes back.
+    // the join held by a live worker: nothing left to do.
     let report = p.handle(vec![p.send_raw(&chunk_1).await]).await;
     let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
     assert_eq!(outcomes, [Outcome::Reused], "{report:?}");
-    assert_eq!(report.response().batch_item_failures.len(), 1);
-    let error = report.messages[0].error.clone().unwrap_or_default();
-    assert!(error.contains("another worker joins"), "{error}");
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
 
-    // The join ends; the redelivery is acknowledged.
-    held.resume();
-    let report = joining.await.unwrap();
+    // The joiner dies before its finish; its message comes back after the
+    // join's lease, and that redelivery joins and hands the version on.
+    joining.abort();
+    assert!(joining.await.unwrap_err().is_cancelled());
+    assert_eq!(
+        p.row(&parent.job_key).await.unwrap().status,
+        JobStatus::Running
+    );
+    let later = p.worker(
+        3_600_000,
+        std::sync::Arc::new(mediaonce::faults::FaultPlan::new()),
+    );
+    let report = common::handle_with(later, vec![p.send_raw(&last_body).await]).await;
+    let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Reused], "{report:?}");
     assert!(
         report.response().batch_item_failures.is_empty(),
         "{report:?}"
     );
     let row = p.row(&parent.job_key).await.unwrap();
-    assert_eq!((row.status, row.split), (JobStatus::Done, None));
-    // The version, handed on once by the join, reuses the package.
+    // Taking a join counts no run.
+    assert_eq!(
+        (row.status, row.attempts, row.split),
+        (JobStatus::Done, 1, None)
+    );
     let drained = drain(&p).await;
     let parents: Vec<Outcome> = drained.jobs.iter().map(|j| j.outcome).collect();
     assert_eq!(parents, [Outcome::Reused]);
-    // Its parent no longer split, the redelivery runs nothing.
-    let report = p.handle(vec![p.send_raw(&chunk_1).await]).await;
-    let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
-    assert_eq!(outcomes, [Outcome::Skipped], "{report:?}");
-    assert!(
-        report.response().batch_item_failures.is_empty(),
-        "{report:?}"
+    // The package the new joiner wrote: its manifest lists every other
+    // file, each as stored.
+    let package = package_of(&p, &parent.job_key).await;
+    let manifest: Manifest = serde_json::from_slice(&package["_manifest.json"]).unwrap();
+    assert_eq!(
+        manifest.outputs.len() + 1,
+        package.len(),
+        "{:?}",
+        package.keys()
     );
+    for file in &manifest.outputs {
+        assert_eq!(
+            file.sha256,
+            sha256_hex(&package[&file.name]),
+            "{}",
+            file.name
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

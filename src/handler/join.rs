@@ -5,7 +5,9 @@
 //! job. A chunk poisoned: it fails the job naming it. Each chunk settles
 //! after its own finish, so the last chunk to finish sees every chunk done
 //! (consistent reads); a settle that fails brings its chunk's message
-//! back, and the redelivery (reusing the chunk) settles again. The job's
+//! back, and the redelivery (reusing the chunk) settles again. A settle
+//! that finds another worker joining is done: the joiner's message
+//! carries the join. The job's
 //! end (read after its finish, so every waiter added before it is there)
 //! is [`super::split_end`]'s; a settle that finds the job ended with its
 //! split still on the row ends it again.
@@ -56,11 +58,13 @@ pub(super) async fn settle_parent(
         // and splits it again.
         JobStatus::Done | JobStatus::Failed => Ok("the parent failed and is retried"),
         JobStatus::Collecting => Ok("the parent is being collected"),
-        // Back when the join is done (or, if its worker died, to take it).
-        JobStatus::Running if split.joining && is_live(row.lease_until_ms, now) => Err(format!(
-            "another worker joins {parent} until {} ms: the message comes back",
-            row.lease_until_ms
-        )),
+        // The joiner took the row having read every chunk ended, this one
+        // among them, and its own message carries any retry: a join that
+        // fails or whose worker dies comes back with it, and is taken over
+        // once its lease passes. This message has nothing left to do.
+        JobStatus::Running if split.joining && is_live(row.lease_until_ms, now) => {
+            Ok("another worker joins the parent")
+        }
         JobStatus::Running => {
             // An hour's 60 chunk rows, read 16 at a time, in order.
             // (The futures made first: a stream's closure over borrowed
