@@ -7,10 +7,9 @@
 //! (consistent reads); a settle that fails brings its chunk's message
 //! back, and the redelivery (reusing the chunk) settles again. A settle
 //! that finds another worker joining is done: the joiner's message
-//! carries the join. The job's
-//! end (read after its finish, so every waiter added before it is there)
-//! is [`super::split_end`]'s; a settle that finds the job ended with its
-//! split still on the row ends it again.
+//! carries the join. The job's end (read after its finish, so every
+//! waiter added before it is there) is [`super::split_end`]'s; a settle
+//! that finds the job ended with its split still on the row ends it again.
 
 use futures::{StreamExt, TryStreamExt};
 

@@ -160,6 +160,19 @@ pub async fn run_to_end(
 /// Removes a job's scratch directory however the step ends.
 pub(crate) struct ScratchDir(pub PathBuf);
 
+impl ScratchDir {
+    /// A new directory for one run of `job_key` in `scratch`
+    /// ([`crate::step::scratch::unique_path`]; a crashed process's
+    /// leftovers at the name are cleared first).
+    pub(crate) fn create(scratch: &Path, job_key: &str) -> Result<Self, StepError> {
+        let dir = crate::step::scratch::unique_path(scratch, &format!("mediaonce-{job_key}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| StepError::Failed(format!("creating {}: {e}", dir.display())))?;
+        Ok(ScratchDir(dir))
+    }
+}
+
 impl Drop for ScratchDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -196,12 +209,8 @@ impl MovieScratch {
             input.head.size
         };
         crate::step::scratch::ensure_room(scratch, spooled, reserve).map_err(StepError::Failed)?;
-        let dir =
-            crate::step::scratch::unique_path(scratch, &format!("mediaonce-{}", context.job_key));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| StepError::Failed(format!("creating {}: {e}", dir.display())))?;
-        let cleanup = ScratchDir(dir.clone());
+        let cleanup = ScratchDir::create(scratch, context.job_key)?;
+        let dir = cleanup.0.clone();
         let input_path = dir.join("input");
         input.spool_to(&input_path).await?;
         let movie = read_movie_for(&input_path, step).await?;

@@ -169,15 +169,11 @@ impl Step for HlsChunk {
         let step = &self.0;
         crate::step::scratch::ensure_room(&step.scratch, copy.bytes, step.scratch_reserve)
             .map_err(StepError::Failed)?;
-        let dir = crate::step::scratch::unique_path(
-            &step.scratch,
-            &format!("mediaonce-{}", context.job_key),
-        );
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch_dir = ScratchDir::create(&step.scratch, context.job_key)?;
+        let dir = &scratch_dir.0;
         let out_dir = dir.join("out");
         std::fs::create_dir_all(&out_dir)
             .map_err(|e| StepError::Failed(format!("creating {}: {e}", out_dir.display())))?;
-        let _cleanup = ScratchDir(dir.clone());
         let copy_path = dir.join("input");
         sparse::write_copy(input, size, &copy, &copy_path).await?;
         encode_span(
