@@ -53,6 +53,7 @@ async fn seed(
         deletes_started_at_ms: None,
         collect_failures: 0,
         collect_retry_at_ms: None,
+        collected_from: None,
         split: None,
     };
     p.seed_row(&row).await;

@@ -186,6 +186,71 @@ async fn after_the_grace_the_last_release_frees_outputs_and_row() {
     assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))));
 }
 
+/// Issue 37, defect 1: a job whose runs failed (transiently) is referenced
+/// by two versions; the first is deleted, and its release collects at once
+/// (no grace). The collection finds the second's reference and gives the
+/// row back as it was, `failed`: never `done` with no manifest and no
+/// files, which every later upload of the bytes would reuse.
+#[tokio::test]
+async fn a_failed_job_a_collection_keeps_is_given_back_failed_never_done() {
+    let w = world(0);
+    w.faults
+        .fail(Call::PutObject, 2, "InternalError (HTTP 500): injected");
+    assert_eq!(outcomes(&w.upload("a.bin").await), [Outcome::Failed]);
+    assert_eq!(outcomes(&w.upload("b.bin").await), [Outcome::Failed]);
+    assert_eq!(w.status().await, Some((JobStatus::Failed, Some(2))));
+    assert!(w.outputs().is_empty());
+
+    w.remove("a.bin").await;
+    let row = w.app.ledger.get(&w.key()).await.unwrap().unwrap();
+    assert_eq!(
+        (row.status, row.collected_from),
+        (JobStatus::Failed, None),
+        "{row:?}"
+    );
+    assert_eq!(w.status().await, Some((JobStatus::Failed, Some(1))));
+
+    // The next upload of the bytes runs the job; it is not handed nothing.
+    assert_eq!(outcomes(&w.upload("c.bin").await), [Outcome::Ran]);
+    let manifest = format!("derived/{}/_manifest.json", w.key());
+    assert!(w.outputs().contains(&manifest), "{:?}", w.outputs());
+}
+
+/// Issue 37, defect 1, the same for a run that died: its row stays
+/// `running`, a release marks it, and after its lease and the grace the
+/// sweep takes it as abandoned, finds the other version's reference, and
+/// gives it back `running` with its lease ended (taken over by the next
+/// message), never `done` with the dead run's files.
+#[tokio::test]
+async fn a_dead_run_a_collection_keeps_is_given_back_running_never_done() {
+    let w = world(GRACE_SECS);
+    // The run's outputs and manifest are written, then its finish is lost.
+    w.faults.fail(Call::Finish, 1, "the worker is gone");
+    assert_eq!(outcomes(&w.upload("a.bin").await), [Outcome::Failed]);
+    assert_eq!(outcomes(&w.upload("b.bin").await), [Outcome::Busy]);
+    w.remove("a.bin").await;
+    assert_eq!(w.status().await, Some((JobStatus::Running, Some(1))));
+
+    let row = w.app.ledger.get(&w.key()).await.unwrap().unwrap();
+    w.clock
+        .advance_ms(row.lease_until_ms - w.clock.now_ms() + GRACE_SECS * 1_000);
+    let swept = swept(w.app.collect_due(false).await.unwrap());
+    assert_eq!(swept.len(), 1, "{swept:?}");
+    assert_eq!(swept[0].outcome, "referenced: kept");
+    let row = w.app.ledger.get(&w.key()).await.unwrap().unwrap();
+    assert_eq!(
+        (row.status, row.collected_from, row.attempts),
+        (JobStatus::Running, None, 1),
+        "{row:?}"
+    );
+    assert!(row.lease_until_ms <= w.clock.now_ms());
+
+    // b.bin's message comes back and takes the dead run over.
+    let report = w.event("ObjectCreated:Put", "b.bin").await;
+    assert_eq!(outcomes(&report), [Outcome::Ran], "{report:?}");
+    assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))));
+}
+
 #[tokio::test]
 async fn a_reference_between_the_last_release_and_the_collection_keeps_everything() {
     let w = world(GRACE_SECS);
@@ -541,6 +606,7 @@ fn due_row(job_key: &str, output_prefix: String) -> JobRow {
         deletes_started_at_ms: None,
         collect_failures: 0,
         collect_retry_at_ms: None,
+        collected_from: None,
         split: None,
     }
 }

@@ -43,6 +43,7 @@ fn row(key: &str, owner: &str, status: JobStatus, lease_until_ms: u64) -> JobRow
         deletes_started_at_ms: None,
         collect_failures: 0,
         collect_retry_at_ms: None,
+        collected_from: None,
         split: None,
     }
 }
@@ -329,7 +330,46 @@ async fn abandoned_contract(table: &impl LedgerTable) {
             "{}: {begun:?}",
             row.job_key
         );
+        // The status it had is kept beside `collecting`.
+        if let Conditional::Applied(begun) = begun {
+            assert_eq!(
+                (begun.status, begun.collected_from),
+                (JobStatus::Collecting, Some(row.status)),
+                "{}",
+                row.job_key
+            );
+        }
     }
+    // A stopped collection taken over keeps what the first one saw, and a
+    // collection that finds the job referenced gives it back so: `failed`,
+    // never `done` (issue 37, defect 1).
+    let taken = CollectRequest {
+        job_key: "gone-failed".into(),
+        owner: "gc/3".into(),
+        lease_until_ms: 900,
+        due: CollectDue {
+            before_ms: 500,
+            now_ms: 600,
+            max_attempts: 3,
+        },
+    };
+    let Conditional::Applied(begun) = table.begin_collect(&taken).await.unwrap() else {
+        panic!("a stopped collection is taken over");
+    };
+    assert_eq!(begun.collected_from, Some(JobStatus::Failed));
+    assert_eq!(begun.kept_status(), JobStatus::Failed);
+    assert_eq!(
+        table
+            .keep_collected("gone-failed", "gc/3", JobStatus::Failed, None, 601)
+            .await
+            .unwrap(),
+        Conditional::Applied(())
+    );
+    let kept = table.get("gone-failed").await.unwrap().unwrap();
+    assert_eq!(
+        (kept.status, kept.collected_from, kept.failures, kept.lease_until_ms),
+        (JobStatus::Failed, None, 1, 601)
+    );
 }
 
 /// The write of a create whose bytes (ETag `etag`) S3 holds.
@@ -569,37 +609,37 @@ async fn collection_contract(table: &impl LedgerTable) {
         panic!("a marked done row is due");
     };
     assert_eq!(
-        (begun.status, begun.free_mark.as_deref()),
-        (JobStatus::Collecting, Some("n1"))
+        (begun.status, begun.free_mark.as_deref(), begun.collected_from),
+        (JobStatus::Collecting, Some("n1"), Some(JobStatus::Done))
     );
     // A release marks it again meanwhile: the collector's clear of n1 is
     // refused, its plain give-back is not, and n2 stays.
     table.mark_released("mark-a", "n2", 21).await.unwrap();
     assert!(matches!(
         table
-            .keep_collected("mark-a", "gc/1", Some("n1"), 22)
+            .keep_collected("mark-a", "gc/1", JobStatus::Done, Some("n1"), 22)
             .await
             .unwrap(),
         Conditional::Rejected(Some(_))
     ));
     assert!(matches!(
         table
-            .keep_collected("mark-a", "gc/other", None, 22)
+            .keep_collected("mark-a", "gc/other", JobStatus::Done, None, 22)
             .await
             .unwrap(),
         Conditional::Rejected(Some(_))
     ));
     assert_eq!(
         table
-            .keep_collected("mark-a", "gc/1", None, 22)
+            .keep_collected("mark-a", "gc/1", JobStatus::Done, None, 22)
             .await
             .unwrap(),
         Conditional::Applied(())
     );
     let kept = table.get("mark-a").await.unwrap().unwrap();
     assert_eq!(
-        (kept.status, kept.free_mark.as_deref()),
-        (JobStatus::Done, Some("n2"))
+        (kept.status, kept.free_mark.as_deref(), kept.collected_from),
+        (JobStatus::Done, Some("n2"), None)
     );
     // Collected again, the mark named: cleared.
     let later = CollectRequest {
@@ -617,7 +657,7 @@ async fn collection_contract(table: &impl LedgerTable) {
     ));
     assert_eq!(
         table
-            .keep_collected("mark-a", "gc/2", Some("n2"), 31)
+            .keep_collected("mark-a", "gc/2", JobStatus::Done, Some("n2"), 31)
             .await
             .unwrap(),
         Conditional::Applied(())

@@ -128,6 +128,7 @@ async fn a_5xx_on_takeover_comes_back_then_takes_over() {
         deletes_started_at_ms: None,
         collect_failures: 0,
         collect_retry_at_ms: None,
+        collected_from: None,
         split: None,
     };
     p.seed_row(&dead).await;

@@ -574,6 +574,7 @@ async fn a_crashed_chunk_is_taken_over_and_no_sweep_takes_a_chunk_the_split_hold
         deletes_started_at_ms: None,
         collect_failures: 0,
         collect_retry_at_ms: None,
+        collected_from: None,
         split: None,
     };
     p.seed_row(&crashed).await;

@@ -167,11 +167,12 @@ impl App {
         }
     }
 
-    /// Step 2: for a row that was done (it has a mark) and whose deletes
-    /// never started, reads its references. `None`: there are none, delete.
-    /// `Some`: referenced, given back as `done`. `Err`: the read failed;
-    /// the row is given back as `done` (nothing was deleted) and the
-    /// failure counted.
+    /// Step 2: for a row a release marked (it has a mark) and whose
+    /// deletes never started, reads its references. `None`: there are
+    /// none, delete. `Some`: referenced, given back in the status it had
+    /// when the collection began ([`JobRow::kept_status`]: `done` only if
+    /// it was). `Err`: the read failed; the row is given back the same way
+    /// (nothing was deleted) and the failure counted.
     async fn keep_if_referenced(
         &self,
         row: &JobRow,
@@ -196,7 +197,15 @@ impl App {
         };
         // Best effort: if this write fails, the lease passes and a claim
         // or the next collection takes the row over.
-        if let Err(err) = self.ledger.keep_collected(job_key, owner, clear, now).await {
+        // Given back in the status it had: only a row that was `done` is
+        // `done` again (a failed or abandoned run's partial outputs are
+        // never handed out).
+        let back = row.kept_status();
+        if let Err(err) = self
+            .ledger
+            .keep_collected(job_key, owner, back, clear, now)
+            .await
+        {
             tracing::warn!(job_key, error = %err, "a referenced job could not be given back as done; its lease passes");
         }
         match referenced {

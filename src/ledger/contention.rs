@@ -319,12 +319,13 @@ impl LedgerTable for ContendedTable {
         &self,
         job_key: &str,
         owner: &str,
+        back: super::JobStatus,
         clear_mark: Option<&str>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
         self.write("UpdateItem", job_key)?;
         self.inner
-            .keep_collected(job_key, owner, clear_mark, now_ms)
+            .keep_collected(job_key, owner, back, clear_mark, now_ms)
             .await
     }
 

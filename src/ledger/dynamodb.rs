@@ -286,9 +286,10 @@ impl LedgerTable for DynamoDbTable {
             .update_expression(
                 "SET #status = :running, #owner = :owner, #lease = :lease, #attempts = #attempts + :one, \
                  #updated = :now, #step = :step, #input = :input, #ref_items = :true \
-                 REMOVE #released, #mark, #deletes",
+                 REMOVE #released, #mark, #deletes, #collected_from",
             )
             .condition_expression("#owner = :seen_owner AND #status = :seen_status")
+            .expression_attribute_names("#collected_from", attr::COLLECTED_FROM)
             .expression_attribute_names("#ref_items", ref_attr::REF_ITEMS)
             .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
             .expression_attribute_names("#mark", ref_attr::FREE_MARK)
@@ -620,6 +621,7 @@ impl LedgerTable for DynamoDbTable {
         &self,
         job_key: &str,
         owner: &str,
+        back: JobStatus,
         clear_mark: Option<&str>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
@@ -627,16 +629,17 @@ impl LedgerTable for DynamoDbTable {
             .collector_update(job_key, owner)
             .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
             .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
-            .expression_attribute_values(":done", s(JobStatus::Done.as_str()))
+            .expression_attribute_names("#collected_from", attr::COLLECTED_FROM)
+            .expression_attribute_values(":back", s(back.as_str()))
             .expression_attribute_values(":now", n(now_ms));
-        let set = "SET #status = :done, #lease = :now, #updated = :now";
+        let set = "SET #status = :back, #lease = :now, #updated = :now";
         let update = match clear_mark {
             Some(mark) => update
-                .update_expression(format!("{set} REMOVE #mark"))
+                .update_expression(format!("{set} REMOVE #collected_from, #mark"))
                 .condition_expression(format!("{HELD_BY_COLLECTOR} AND #mark = :mark"))
                 .expression_attribute_names("#mark", ref_attr::FREE_MARK)
                 .expression_attribute_values(":mark", s(mark)),
-            None => update.update_expression(set),
+            None => update.update_expression(format!("{set} REMOVE #collected_from")),
         };
         self.send_conditional(job_key, update).await
     }
@@ -729,12 +732,18 @@ impl LedgerTable for DynamoDbTable {
             .update_item()
             .table_name(&self.table)
             .key(attr::JOB_KEY, s(&request.job_key))
+            // `collected_from` first, read from the status as it was (as
+            // DynamoDB evaluates every operand on the item before the
+            // update); a stopped collection taken over keeps the first's.
             .update_expression(
-                "SET #status = :collecting, #owner = :owner, #lease = :lease, #updated = :now",
+                "SET #collected_from = if_not_exists(#collected_from, #status), \
+                 #status = :collecting, #owner = :owner, #lease = :lease, #updated = :now",
             )
             .condition_expression(COLLECTABLE)
+            // The whole map first: `set_` replaces what came before it.
             .set_expression_attribute_names(Some(collectable_names()))
             .set_expression_attribute_values(Some(collectable_values(&request.due)))
+            .expression_attribute_names("#collected_from", attr::COLLECTED_FROM)
             .expression_attribute_names("#owner", attr::OWNER)
             .expression_attribute_values(":owner", s(&request.owner))
             .expression_attribute_values(":lease", n(request.lease_until_ms))
@@ -1071,6 +1080,7 @@ mod tests {
             deletes_started_at_ms: Some(4),
             collect_failures: 2,
             collect_retry_at_ms: Some(7),
+            collected_from: Some(JobStatus::Failed),
             split: Some(super::super::JobSplit {
                 chunks: vec!["c0".into(), "c1".into()],
                 joining: true,

@@ -217,13 +217,14 @@ impl LedgerTable for FaultyTable {
         &self,
         job_key: &str,
         owner: &str,
+        back: super::JobStatus,
         clear_mark: Option<&str>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
         self.enter(Call::KeepCollected, "UpdateItem", job_key)
             .await?;
         self.inner
-            .keep_collected(job_key, owner, clear_mark, now_ms)
+            .keep_collected(job_key, owner, back, clear_mark, now_ms)
             .await
     }
 

@@ -97,6 +97,18 @@ impl JobRow {
                 Some(_) => Some(number(attr::COLLECT_RETRY_AT_MS)?),
             },
             split: split_from_item(item)?,
+            collected_from: match item.get(attr::COLLECTED_FROM) {
+                None => None,
+                Some(_) => {
+                    let text = string(attr::COLLECTED_FROM)?;
+                    Some(JobStatus::parse(&text).ok_or_else(|| {
+                        format!(
+                            "attribute {} has unknown value {text:?}",
+                            attr::COLLECTED_FROM
+                        )
+                    })?)
+                }
+            },
         })
     }
 
@@ -136,6 +148,9 @@ impl JobRow {
         }
         if let Some(at) = self.collect_retry_at_ms {
             item.insert(attr::COLLECT_RETRY_AT_MS.into(), n(at));
+        }
+        if let Some(from) = self.collected_from {
+            item.insert(attr::COLLECTED_FROM.into(), s(from.as_str()));
         }
         if let Some(split) = &self.split {
             item.insert(

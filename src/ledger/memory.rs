@@ -122,6 +122,7 @@ impl LedgerTable for InMemoryTable {
         row.free_mark = None;
         row.released_at_ms = None;
         row.deletes_started_at_ms = None;
+        row.collected_from = None;
         Ok(Conditional::Applied(row.attempts))
     }
 
@@ -266,6 +267,7 @@ impl LedgerTable for InMemoryTable {
         &self,
         job_key: &str,
         owner: &str,
+        back: JobStatus,
         clear_mark: Option<&str>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
@@ -277,7 +279,8 @@ impl LedgerTable for InMemoryTable {
         if row.status != JobStatus::Collecting || row.owner != owner || !mark_holds {
             return Ok(Conditional::Rejected(Some(row.clone())));
         }
-        row.status = JobStatus::Done;
+        row.status = back;
+        row.collected_from = None;
         row.lease_until_ms = now_ms;
         row.updated_at_ms = now_ms;
         if clear_mark.is_some() {
@@ -349,6 +352,9 @@ impl LedgerTable for InMemoryTable {
         if !collectable(row, &request.due) {
             return Ok(Conditional::Rejected(Some(row.clone())));
         }
+        // As DynamoDB's `if_not_exists(collected_from, status)`: a stopped
+        // collection taken over keeps the status the first one saw.
+        row.collected_from = row.collected_from.or(Some(row.status));
         row.status = JobStatus::Collecting;
         row.owner = request.owner.clone();
         row.lease_until_ms = request.lease_until_ms;

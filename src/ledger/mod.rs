@@ -54,6 +54,10 @@ pub mod attr {
     pub const COLLECT_RETRY_AT_MS: &str = "collect_retry_at_ms";
     /// A collection began deleting the outputs (epoch ms).
     pub const DELETES_STARTED_AT_MS: &str = "deletes_started_at_ms";
+    /// The status a row had when its collection began: a collection that
+    /// finds the job referenced gives it back in that status, so only a
+    /// row that was `done` (a run wrote its manifest) is `done` again.
+    pub const COLLECTED_FROM: &str = "collected_from";
     /// A split job's chunk keys, in order (a list).
     pub const SPLIT_CHUNKS: &str = "split_chunks";
     /// A split job is being joined (by its owner, until its lease ends).
@@ -136,6 +140,13 @@ pub struct JobRow {
     pub collect_failures: u64,
     /// A failed collection backs off: no collection starts before this.
     pub collect_retry_at_ms: Option<u64>,
+    /// While `collecting`: the status the row had when its collection
+    /// began (`collected_from`), what a collection that finds the job
+    /// referenced gives it back as. `None` outside a collection; a
+    /// collection begun before this attribute existed reads `None` (or
+    /// `Collecting`), and is given back `failed`, retryable
+    /// ([`JobRow::kept_status`]).
+    pub collected_from: Option<JobStatus>,
     /// The job was split into chunk jobs (DESIGN.md, "Chunked HLS"): kept
     /// until its end was handed on to its waiters and its chunks released.
     pub split: Option<JobSplit>,
@@ -153,6 +164,24 @@ pub struct JobSplit {
     /// The queue the chunks were sent to, where the waiters are handed on
     /// when no message's queue is at hand (the sweep).
     pub queue_url: String,
+}
+
+impl JobRow {
+    /// The status a collection that finds this `collecting` row referenced
+    /// gives it back in: the one it had when the collection began. Only a
+    /// row that was `done` is `done` again: a `failed` or abandoned
+    /// `running` row a release marked holds partial outputs at most, and
+    /// given back `done` it would be reused, without files, by every later
+    /// upload of its bytes. A row whose status then is not known (a
+    /// collection begun before `collected_from` was written) is given back
+    /// `failed`, retryable: the next message runs it again, a waste at
+    /// most. Pure.
+    pub fn kept_status(&self) -> JobStatus {
+        match self.collected_from {
+            Some(status @ (JobStatus::Done | JobStatus::Running | JobStatus::Failed)) => status,
+            Some(JobStatus::Collecting) | None => JobStatus::Failed,
+        }
+    }
 }
 
 /// A split's chunk keys and waiters take at most this many bytes of its
@@ -563,7 +592,8 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
     ) -> Result<RefWrite, LedgerError>;
 
     /// UpdateItem moving a job to `collecting` (the request's owner and
-    /// lease), conditioned on a `done` row with `ref_items`, a `free_mark`
+    /// lease; `collected_from` its status until then, kept when a stopped
+    /// collection is taken over), conditioned on a `done` row with `ref_items`, a `free_mark`
     /// and `released_at_ms` at or before the request's cut-off, or on a
     /// `collecting` row whose lease has passed (a collection that stopped),
     /// or an abandoned run ([`collectable`]). Applied: the row as it became.
@@ -573,7 +603,9 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
     ) -> Result<Conditional<JobRow>, LedgerError>;
 
     /// UpdateItem giving a collection up because the job is referenced:
-    /// back to `done`, the lease ended now, and `free_mark` removed when
+    /// back to `back` (the status it had when the collection began,
+    /// [`JobRow::kept_status`]), `collected_from` removed, the lease ended
+    /// now, and `free_mark` removed when
     /// `clear_mark` names it (conditioned on `collecting` by `owner`, and
     /// on `free_mark = clear_mark` when given: a newer release's mark is
     /// never removed).
@@ -581,6 +613,7 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
         &self,
         job_key: &str,
         owner: &str,
+        back: JobStatus,
         clear_mark: Option<&str>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError>;
@@ -933,13 +966,15 @@ impl Ledger {
         self.retrying(|| self.call().begin_collect(request)).await
     }
 
-    /// Gives a collection up: the job is referenced. Its mark is removed
+    /// Gives a collection up: the job is referenced, and goes back to
+    /// `back`, the status it had when the collection began. Its mark is removed
     /// only when `clear_mark` names it still (a release since marked it
     /// anew, and that mark stays for the next sweep).
     pub async fn keep_collected(
         &self,
         job_key: &str,
         owner: &str,
+        back: JobStatus,
         clear_mark: Option<&str>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
@@ -947,7 +982,7 @@ impl Ledger {
             let cleared = self
                 .retrying(|| {
                     self.call()
-                        .keep_collected(job_key, owner, clear_mark, now_ms)
+                        .keep_collected(job_key, owner, back, clear_mark, now_ms)
                 })
                 .await?;
             match cleared {
@@ -956,7 +991,7 @@ impl Ledger {
                 other => return Ok(other),
             }
         }
-        self.retrying(|| self.call().keep_collected(job_key, owner, None, now_ms))
+        self.retrying(|| self.call().keep_collected(job_key, owner, back, None, now_ms))
             .await
     }
 
@@ -1109,7 +1144,9 @@ impl Ledger {
         jobs: &[String],
         now_ms: u64,
     ) -> Result<(), LedgerError> {
-        let nonce = format!("{holder}/{now_ms}");
+        // Fresh per release (DESIGN.md, "Marks"): two releases in one
+        // millisecond must not share a mark a collector may clear.
+        let nonce = format!("{holder}/{}", uuid::Uuid::new_v4());
         for job_key in jobs {
             self.mark_released(job_key, &nonce, now_ms).await?;
         }
@@ -1152,6 +1189,7 @@ impl Ledger {
             deletes_started_at_ms: None,
             collect_failures: 0,
             collect_retry_at_ms: None,
+            collected_from: None,
             split: None,
         };
         // A consistent read first: a done job (a popular content's, read

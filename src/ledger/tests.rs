@@ -21,6 +21,7 @@ fn row(status: JobStatus, lease_until_ms: u64) -> JobRow {
         deletes_started_at_ms: None,
         collect_failures: 0,
         collect_retry_at_ms: None,
+        collected_from: None,
         split: None,
     }
 }
@@ -228,11 +229,12 @@ impl LedgerTable for DeletedInBetween {
         &self,
         job_key: &str,
         owner: &str,
+        back: JobStatus,
         clear_mark: Option<&str>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
         self.inner
-            .keep_collected(job_key, owner, clear_mark, now_ms)
+            .keep_collected(job_key, owner, back, clear_mark, now_ms)
             .await
     }
     async fn start_deletes(

@@ -185,12 +185,13 @@ impl LedgerTable for SimTable {
         &self,
         job_key: &str,
         owner: &str,
+        back: crate::ledger::JobStatus,
         clear_mark: Option<&str>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
         self.count("UpdateItem (referenced: kept)", 1.0, 0.0).await;
         self.inner
-            .keep_collected(job_key, owner, clear_mark, now_ms)
+            .keep_collected(job_key, owner, back, clear_mark, now_ms)
             .await
     }
     async fn start_deletes(

@@ -656,6 +656,7 @@ async fn a_stalled_page_of_deletes_is_abandoned_before_the_lease_ends() {
         deletes_started_at_ms: None,
         collect_failures: 0,
         collect_retry_at_ms: None,
+        collected_from: None,
         split: None,
     });
     let app = App::new(

@@ -40,6 +40,7 @@ async fn a_version_waits_for_a_running_split_and_not_for_a_collected_one() {
         deletes_started_at_ms: None,
         collect_failures: 0,
         collect_retry_at_ms: None,
+        collected_from: None,
         split: Some(crate::ledger::JobSplit {
             chunks: vec!["c0".into(), "c1".into()],
             joining: false,
