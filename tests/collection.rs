@@ -251,6 +251,50 @@ async fn a_dead_run_a_collection_keeps_is_given_back_running_never_done() {
     assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))));
 }
 
+/// Issue 37, defect 2: `refs rebuild` reads a version's job, and a sweep
+/// collects it before the rebuild's reference lands (nothing referenced it
+/// yet: the version's create was never handled, the reason to rebuild).
+/// The rebuild reads the job again after its reference, as every adder
+/// does, and reports it not done rather than `referenced`; the reference
+/// stands, and the version's next event runs the job.
+#[tokio::test]
+async fn a_rebuild_says_referenced_only_of_a_job_done_after_its_reference() {
+    let (w, pause) = world_holding(GRACE_SECS, Some((Call::ChangeRefs, usize::MAX)));
+    let pause = pause.unwrap();
+    assert_eq!(outcomes(&w.upload("a.bin").await), [Outcome::Ran]);
+    // b.bin holds the same bytes; its create was never handled.
+    w.objects.insert("in", "b.bin", BYTES, true);
+    w.remove("a.bin").await;
+    w.clock.advance_ms(GRACE_SECS * 1_000);
+
+    pause.hold_next();
+    let app = w.app.clone();
+    let rebuild = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        let summary = app
+            .rebuild_refs("in", "b.bin", false, |v| seen.push(v.clone()))
+            .await;
+        (summary, seen)
+    });
+    pause.reached().await;
+    // Between the rebuild's read of the job and its reference.
+    let collected = swept(w.app.collect_due(false).await.unwrap());
+    assert_eq!(collected.len(), 1, "{collected:?}");
+    assert_eq!(collected[0].outcome, "collected");
+    pause.resume();
+    let (summary, seen) = rebuild.await.unwrap();
+    let summary = summary.unwrap();
+    assert_eq!((summary.versions, summary.references), (1, 0), "{seen:?}");
+    assert!(seen[0].referenced.is_empty(), "{seen:?}");
+    assert_eq!(seen[0].not_done[0].job_key, w.key(), "{seen:?}");
+    assert!(seen[0].not_done[0].reason.contains("collected"), "{seen:?}");
+    assert_eq!(w.status().await, None);
+
+    let report = w.event("ObjectCreated:Put", "b.bin").await;
+    assert_eq!(outcomes(&report), [Outcome::Ran], "{report:?}");
+    assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))));
+}
+
 #[tokio::test]
 async fn a_reference_between_the_last_release_and_the_collection_keeps_everything() {
     let w = world(GRACE_SECS);

@@ -159,14 +159,49 @@ impl App {
                 }
             }
         }
-        rebuilt
-            .referenced
-            .extend(reports.into_iter().map(|report| report.job_key));
+        if dry_run {
+            rebuilt
+                .referenced
+                .extend(reports.into_iter().map(|report| report.job_key));
+            return Some(rebuilt);
+        }
+        // Each job read again after its reference was written, as every
+        // adder does (DESIGN.md, "The collector and the adder"): the read
+        // before it chose the key, but a sweep may have collected the job
+        // since, seeing no reference yet. Only a job read `done` after the
+        // reference is one no collector deletes.
+        for report in reports {
+            match self.ledger.get(&report.job_key).await {
+                Ok(Some(row)) if row.status == JobStatus::Done => {
+                    rebuilt.referenced.push(report.job_key)
+                }
+                Ok(row) => rebuilt.not_done.push(NotReferenced {
+                    job_key: report.job_key,
+                    reason: match row {
+                        Some(row) => format!(
+                            "the job is {} (it changed while the rebuild referenced it)",
+                            row.status.as_str()
+                        ),
+                        None => "the job was collected while the rebuild referenced it: \
+                                 referenced all the same, it runs again on the next event"
+                            .into(),
+                    },
+                }),
+                Err(err) => {
+                    rebuilt.error = Some(format!(
+                        "reading job {} after referencing it: {err}",
+                        report.job_key
+                    ));
+                    return Some(rebuilt);
+                }
+            }
+        }
         Some(rebuilt)
     }
 
-    /// The version's done jobs, one per recipe, as reports to reference;
-    /// the others go to `rebuilt.not_done`. A job is the one this
+    /// The version's done jobs, one per recipe, as reports to reference
+    /// (read again after the reference is written: this read only chooses
+    /// the key); the others go to `rebuilt.not_done`. A job is the one this
     /// configuration keys, or, when that one is not done, the one the
     /// version was keyed by before content identity (S3's SHA-256, else
     /// version and ETag): rows older than the count were keyed so.

@@ -29,8 +29,9 @@ pub struct FaultyTable {
 pub struct Pause {
     reached: Notify,
     resume: Notify,
-    /// Which call of the kind is held (0: the first).
-    nth: usize,
+    /// Which call of the kind is held (0: the first; `usize::MAX`: none
+    /// until [`Pause::hold_next`]).
+    nth: AtomicUsize,
     seen: AtomicUsize,
 }
 
@@ -43,6 +44,13 @@ impl Pause {
     /// Lets the held call go on to the table.
     pub fn resume(&self) {
         self.resume.notify_one();
+    }
+
+    /// Holds the next call of the kind from now on, whichever it is: a
+    /// test sets its scene up with the calls passing, then arms the pause.
+    pub fn hold_next(&self) {
+        self.nth
+            .store(self.seen.load(Ordering::SeqCst), Ordering::SeqCst);
     }
 }
 
@@ -59,7 +67,7 @@ impl FaultyTable {
     /// [`Pause::resume`]; the others pass.
     pub fn pause_before(mut self, call: Call, nth: usize) -> (Self, Arc<Pause>) {
         let pause = Arc::new(Pause {
-            nth,
+            nth: AtomicUsize::new(nth),
             ..Pause::default()
         });
         self.pause = Some((call, pause.clone()));
@@ -74,7 +82,9 @@ impl FaultyTable {
         job_key: &str,
     ) -> Result<(), LedgerError> {
         if let Some((held, pause)) = &self.pause {
-            if *held == call && pause.seen.fetch_add(1, Ordering::SeqCst) == pause.nth {
+            if *held == call
+                && pause.seen.fetch_add(1, Ordering::SeqCst) == pause.nth.load(Ordering::SeqCst)
+            {
                 pause.reached.notify_one();
                 pause.resume.notified().await;
             }
