@@ -478,3 +478,67 @@ async fn a_release_deletes_only_its_own_running_claim_on_dynamodb_and_in_memory(
     ))
     .await;
 }
+
+/// Issue 37, defect 8: a deployment with the claim table but no references
+/// table fails at start-up, naming the missing table and its variable;
+/// without the claim table, the error names that one.
+#[tokio::test]
+async fn start_up_names_the_table_that_is_missing() {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
+    use mediaonce::config::Config;
+    use mediaonce::handler::App;
+    use mediaonce::steps::StepRegistry;
+
+    common::pipeline::require_emulators();
+    let sdk = mediaonce::aws::load_sdk_config().await;
+    let dynamodb = mediaonce::aws::dynamodb_client(&sdk);
+    let table = common::unique("claims-only");
+    dynamodb
+        .create_table()
+        .table_name(&table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("job_key")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("job_key")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .expect("create the claim table");
+    let steps = StepRegistry::builtin();
+    let start = |table: String| {
+        let config = Config::from_lookup(
+            |name| match name {
+                "MEDIAONCE_TABLE" => Some(table.clone()),
+                "MEDIAONCE_OUTPUT_BUCKET" => Some("out".into()),
+                _ => None,
+            },
+            &steps,
+        )
+        .unwrap();
+        App::from_config(config)
+    };
+
+    let error = start(table.clone()).await.unwrap_err().to_string();
+    assert!(
+        error.contains("MEDIAONCE_REFS_TABLE") && error.contains(&format!("table {table}-refs")),
+        "{error}"
+    );
+    let missing = common::unique("no-such-claims");
+    let error = start(missing.clone()).await.unwrap_err().to_string();
+    assert!(
+        error.contains("(MEDIAONCE_TABLE)") && error.contains(&format!("table {missing} ")),
+        "{error}"
+    );
+}

@@ -85,8 +85,13 @@ pub struct Invocation {
 pub enum StartupError {
     #[error("configuration error: {0}")]
     Config(#[from] ConfigError),
-    #[error("the claim table is not usable: {0}")]
-    Table(#[from] LedgerError),
+    #[error("the claim table (MEDIAONCE_TABLE) is not usable: {0}")]
+    Table(LedgerError),
+    #[error(
+        "the references table (MEDIAONCE_REFS_TABLE, by default <MEDIAONCE_TABLE>-refs) \
+         is not usable: {0}"
+    )]
+    RefsTable(LedgerError),
 }
 
 /// Everything a batch needs: configuration (recipes bound to their steps)
@@ -284,7 +289,7 @@ impl App {
         App::from_config(Config::from_env(&steps)?).await
     }
 
-    /// The AWS clients for `config`, the table checked.
+    /// The AWS clients for `config`, both tables checked.
     pub async fn from_config(config: Config) -> Result<Self, StartupError> {
         let sdk = crate::aws::load_sdk_config().await;
         let mut app = App::new(
@@ -303,7 +308,11 @@ impl App {
         if config.event_bus.is_some() {
             app = app.with_bus(Bus::eventbridge(crate::aws::eventbridge_client(&sdk)));
         }
-        app.ledger.check_table().await?;
+        app.ledger.check_table().await.map_err(StartupError::Table)?;
+        app.ledger
+            .check_refs_table()
+            .await
+            .map_err(StartupError::RefsTable)?;
         Ok(app)
     }
 }

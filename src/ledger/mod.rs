@@ -918,6 +918,17 @@ impl Ledger {
         self.call().get("mediaonce-startup-check").await.map(|_| ())
     }
 
+    /// Checks at start-up that the references table exists and this role
+    /// can read it (one Query): a deployment that created only the claim
+    /// table would otherwise fail every job's reference transaction with
+    /// an error that names no table.
+    pub async fn check_refs_table(&self) -> Result<(), LedgerError> {
+        self.call()
+            .query_refs("mediaonce-startup-check", 0, Some(1), None)
+            .await
+            .map(|_| ())
+    }
+
     /// Reads a row with a consistent read.
     pub async fn get(&self, job_key: &str) -> Result<Option<JobRow>, LedgerError> {
         self.retrying(|| self.call().get(job_key)).await

@@ -68,7 +68,7 @@ pub struct Pipeline {
     bus: Option<mediaonce::bus::Bus>,
 }
 
-fn require_emulators() {
+pub fn require_emulators() {
     if std::env::var_os("AWS_ENDPOINT_URL").is_none() {
         panic!(
             "integration tests need the emulators: run `make test`, or start them with \
