@@ -14,7 +14,6 @@
 use serde::Serialize;
 
 use crate::bmff::{self, MovieInfo};
-use crate::fingerprint::{FingerprintSource, ObjectHead};
 use crate::step::{InputUse, JobInput, JobOutputs, Step, StepContext, StepError};
 /// How much of the object's start is read for sniffing: JPEG dimensions sit
 /// after the EXIF block, which may be up to 64 KiB, and then some; a
@@ -23,17 +22,20 @@ pub const SNIFF_BYTES: u64 = 256 * 1024;
 
 pub struct Probe;
 
-/// The content of `probe.json`.
+/// The content of `probe.json`: what the bytes are, and nothing of who
+/// uploaded them. One job's outputs serve every upload of the same bytes,
+/// so they must be a function of the input bytes and the recipe alone: no
+/// bucket, key or version id (one user's upload path shown to another, and
+/// a chained job's key depending on which upload ran first), and no record
+/// of where the hash came from (S3's checksum for one upload, mediaonce's
+/// for another: the same hash, the same job).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProbeReport {
-    pub bucket: String,
-    pub key: String,
-    pub version_id: Option<String>,
     pub size: u64,
+    /// The content's SHA-256, when the job is keyed by it or `verify`
+    /// computed it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sha256_source: Option<FingerprintSource>,
     pub content_type: String,
     /// An image's size, or a movie's first video track's.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -46,20 +48,10 @@ pub struct ProbeReport {
 }
 
 impl ProbeReport {
-    fn new(
-        head: &ObjectHead,
-        sha256: Option<String>,
-        sha256_source: Option<FingerprintSource>,
-        sniffed: Sniffed,
-        movie: Option<MovieInfo>,
-    ) -> Self {
+    fn new(size: u64, sha256: Option<String>, sniffed: Sniffed, movie: Option<MovieInfo>) -> Self {
         ProbeReport {
-            bucket: head.bucket.clone(),
-            key: head.key.clone(),
-            version_id: head.version_id.clone(),
-            size: head.size,
+            size,
             sha256,
-            sha256_source,
             content_type: sniffed.content_type,
             width: sniffed.dimensions.map(|d| d.0),
             height: sniffed.dimensions.map(|d| d.1),
@@ -174,26 +166,14 @@ pub async fn probe(input: &JobInput, params: ProbeParams) -> Result<ProbeReport,
     } else {
         None
     };
-    let (sha256, sha256_source) = if params.verify {
-        (
-            Some(input.sha256().await?),
-            Some(FingerprintSource::Computed),
-        )
+    let sha256 = if params.verify {
+        Some(input.sha256().await?)
     } else if input.fingerprint.source.is_content() {
-        (
-            Some(input.fingerprint.input_hash.clone()),
-            Some(input.fingerprint.source),
-        )
+        Some(input.fingerprint.input_hash.clone())
     } else {
-        (None, None)
+        None
     };
-    Ok(ProbeReport::new(
-        &input.head,
-        sha256,
-        sha256_source,
-        sniffed,
-        movie,
-    ))
+    Ok(ProbeReport::new(size, sha256, sniffed, movie))
 }
 
 #[cfg(test)]
