@@ -19,8 +19,14 @@ pub enum Outcome {
     /// Nothing to do: the object is gone or was replaced since the event.
     Skipped,
     /// Failed on every allowed attempt: not run again; the message goes to
-    /// the DLQ through the queue's redrive policy.
+    /// the DLQ through the queue's redrive policy. What the function itself
+    /// could not handle (runs that died, failures not the input's fault).
     Poisoned,
+    /// The input is one no run can process (undecodable, truncated, a
+    /// pixel bomb, an unsupported format): a business outcome, not a
+    /// fault. Recorded (the row is `failed`, permanent), its failure event
+    /// published, and the message acknowledged: it never reaches the DLQ.
+    Unprocessable,
     /// Not started: too close to the invocation deadline. The message comes back.
     Deferred,
     /// Not started here: a chained job with no time left in this
@@ -44,6 +50,7 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::Skipped => "skipped",
             Outcome::Poisoned => "poisoned",
+            Outcome::Unprocessable => "unprocessable",
             Outcome::Deferred => "deferred",
             Outcome::HandedOn => "handed-on",
             Outcome::Waiting => "waiting",

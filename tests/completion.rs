@@ -115,12 +115,18 @@ async fn every_upload_hears_of_its_outputs_once_each_delivery_with_one_id() {
     assert_ne!(event["detail"]["eventId"], first_id.as_str());
 
     // Bytes the thumbnail cannot read: it fails for good, the probe is
-    // done, and the event says which failed and why. (The message still
-    // goes on to the dead-letter queue, as a poisoned job's does; each
-    // receive publishes the same event id.)
+    // done, and the event says which failed and why. A user's bad file is
+    // a business outcome (issue 37, defect 7): the message is acknowledged
+    // after its one event, never sent round again to the dead-letter
+    // queue (five receives, five events, then the DLQ alarm, before).
     p.put("bad.jpg", b"not an image at all", true).await;
-    let report = p.handle(p.receive(1).await).await;
-    assert_eq!(report.count(Outcome::Poisoned), 1, "{report:?}");
+    let bad = p.receive(1).await;
+    let report = p.handle(bad.clone()).await;
+    assert_eq!(report.count(Outcome::Unprocessable), 1, "{report:?}");
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "acknowledged: {report:?}"
+    );
     assert_eq!(report.usage.events_published, 1, "{report:?}");
     let event = &events(&p, &app_queue, 1).await[0];
     assert_eq!(event["detail-type"], "Media Pipeline Failed", "{event:#}");
@@ -138,6 +144,15 @@ async fn every_upload_hears_of_its_outputs_once_each_delivery_with_one_id() {
     let error = &job(event, "thumbs")["error"];
     assert_eq!(error["class"], "permanent", "{event:#}");
     assert!(!error["message"].as_str().unwrap().is_empty(), "{event:#}");
+    assert_eq!(job(event, "thumbs")["outcome"], "unprocessable", "{event:#}");
+    // S3's duplicate of that notification: no run, acknowledged, and told
+    // with the same event id (the application deduplicates on it).
+    let again = p.send_raw(bad[0].body.as_deref().unwrap()).await;
+    let report = p.handle(vec![again]).await;
+    assert_eq!(report.count(Outcome::Unprocessable), 1, "{report:?}");
+    assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
+    let repeated = &events(&p, &app_queue, 1).await[0];
+    assert_eq!(repeated["detail"]["eventId"], event["detail"]["eventId"]);
 }
 
 const VIDEO_RECIPES: &str = r#"[

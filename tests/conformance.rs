@@ -178,6 +178,30 @@ async fn ledger_contract(table: impl LedgerTable) {
     let marked = table.get("p").await.unwrap().unwrap();
     assert_eq!((marked.failures, marked.permanent), (1, true));
 
+    // Spent: failed for good by its count, not permanent.
+    table
+        .put_new(&row("spent", "a/1", JobStatus::Running, 2_000))
+        .await
+        .unwrap();
+    let spent = Finish::Spent {
+        error: "chunk 2 failed for good",
+        failures: 3,
+    };
+    table
+        .finish(&claim("spent", "a/1"), spent, 4_000)
+        .await
+        .unwrap();
+    let spent = table.get("spent").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            spent.status,
+            spent.failures,
+            spent.permanent,
+            spent.error.as_deref()
+        ),
+        (JobStatus::Failed, 3, false, Some("chunk 2 failed for good"))
+    );
+
     // Retry: a failed row's counters go back to 0 and the mark goes; the
     // row as it was comes back.
     assert_eq!(

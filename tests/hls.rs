@@ -342,8 +342,8 @@ async fn inputs_it_cannot_package_fail_their_job_with_the_reason() {
         include_bytes!("../events/sample.png"),
     )
     .await;
-    // No retry can make a PNG a movie: poisoned at once.
-    assert_eq!(job.outcome, Outcome::Poisoned);
+    // No retry can make a PNG a movie: unprocessable at once.
+    assert_eq!(job.outcome, Outcome::Unprocessable);
     let reason = job.reason.unwrap();
     assert!(
         reason.contains("hls-package reads MP4/MOV inputs: not a movie"),
@@ -364,7 +364,7 @@ async fn inputs_it_cannot_package_fail_their_job_with_the_reason() {
         ],
     );
     let job = package(&p, "tone.m4a", &std::fs::read(tone).unwrap()).await;
-    assert_eq!(job.outcome, Outcome::Poisoned);
+    assert_eq!(job.outcome, Outcome::Unprocessable);
     assert!(job.reason.unwrap().contains("needs a video track"));
 }
 

@@ -340,7 +340,14 @@ async fn a_chunk_that_fails_for_good_fails_its_parent_with_the_reason() {
         "{report:?}"
     );
     let row = p.row(&parent.job_key).await.unwrap();
-    assert_eq!((row.status, row.permanent), (JobStatus::Failed, true));
+    // Poisoned by its count, not permanent: the chunk's runs were spent on
+    // a failure that was not its input's fault, so the waiting version's
+    // message goes on to the dead-letter queue (issue 37, defect 7), and
+    // is not told its upload is unprocessable.
+    assert_eq!(
+        (row.status, row.permanent, row.failures),
+        (JobStatus::Failed, false, 1)
+    );
     let error = row.error.unwrap_or_default();
     assert!(
         error.contains("chunk 2") && error.contains("injected failure"),

@@ -55,8 +55,9 @@ async fn a_bomb_fails_its_job_with_a_clear_error() {
     p.put("big.png", &png(40, 30), true).await;
     let report = p.handle(p.receive(1).await).await;
     let job = report.jobs().next().unwrap().clone();
-    // A bomb stays a bomb: poisoned at once, not retried.
-    assert_eq!(job.outcome, Outcome::Poisoned);
+    // A bomb stays a bomb: unprocessable at once, not retried, and its
+    // message acknowledged (a user's bad file is no operational fault).
+    assert_eq!(job.outcome, Outcome::Unprocessable);
     assert!(
         job.reason
             .as_deref()
@@ -64,18 +65,18 @@ async fn a_bomb_fails_its_job_with_a_clear_error() {
             .contains("over MEDIAONCE_MAX_PIXELS = 1000"),
         "{job:?}"
     );
-    assert_eq!(report.response().batch_item_failures.len(), 1);
+    assert!(report.response().batch_item_failures.is_empty());
     assert!(p
         .output_keys(&format!("derived/{}/", job.job_key))
         .await
         .is_empty());
     let row = p.row(&job.job_key).await.unwrap();
     assert_eq!((row.failures, row.permanent), (1, true), "{row:?}");
-    // Redelivered: poisoned by the row, the step does not run again.
+    // Uploaded again: unprocessable by the row, the step does not run again.
     p.put("big copy.png", &png(40, 30), true).await;
     let again = p.handle(p.receive(1).await).await;
     let again = again.jobs().next().unwrap();
-    assert_eq!((again.outcome, again.attempt), (Outcome::Poisoned, 1));
+    assert_eq!((again.outcome, again.attempt), (Outcome::Unprocessable, 1));
     assert!(
         again
             .reason

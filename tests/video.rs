@@ -95,7 +95,6 @@ async fn an_mp4_reports_brand_duration_and_tracks_from_one_ranged_read() {
     assert_eq!(audio["channels"], 1);
     assert!(close(&audio["bitrate"], 96_000.0, 20_000.0), "{audio}");
     assert_eq!(probe["sha256"], mediaonce::key::sha256_hex(&bytes));
-    assert_eq!(probe["sha256_source"], "s3-checksum");
     // The 256 KiB sniff read held the whole moov: nothing else was read.
     assert_eq!(p.reads.whole.load(Ordering::SeqCst), 0);
     assert_eq!(p.reads.ranged.load(Ordering::SeqCst), 1);
@@ -186,7 +185,7 @@ async fn truncated_and_lying_files_fail_with_the_box_named() {
     // An upload cut short: the moov at the end is gone.
     let cut = &bytes[..bytes.len() * 3 / 5];
     let (job, _) = run_probe(&p, "clips/cut.mp4", cut).await;
-    assert_eq!(job.outcome, Outcome::Poisoned, "{job:?}");
+    assert_eq!(job.outcome, Outcome::Unprocessable, "{job:?}");
     let reason = job.reason.unwrap();
     assert!(
         reason.contains("unreadable MP4/MOV: truncated file: box 'mdat'"),
@@ -198,7 +197,7 @@ async fn truncated_and_lying_files_fail_with_the_box_named() {
     let at = lying.windows(4).rposition(|w| w == b"stts").unwrap() + 8;
     lying[at..at + 4].copy_from_slice(&0x4000_0000u32.to_be_bytes());
     let (job, _) = run_probe(&p, "clips/lying.mp4", &lying).await;
-    assert_eq!(job.outcome, Outcome::Poisoned, "{job:?}");
+    assert_eq!(job.outcome, Outcome::Unprocessable, "{job:?}");
     let reason = job.reason.unwrap();
     assert!(
         reason.contains("malformed box: 'stts' declares 1073741824 entries"),
@@ -222,7 +221,6 @@ async fn verify_reads_every_byte_and_checks_s3s_checksum() {
     assert_eq!(job.outcome, Outcome::Ran, "{job:?}");
     let probe = probe.unwrap();
     assert_eq!(probe["sha256"], mediaonce::key::sha256_hex(&bytes));
-    assert_eq!(probe["sha256_source"], "computed");
     assert_eq!(p.reads.whole.load(Ordering::SeqCst), 1);
 }
 

@@ -134,9 +134,9 @@ impl<'a> Downstream<'a> {
             };
             let outputs = match (done.outcome, &done.outputs) {
                 (Outcome::Ran | Outcome::Reused, Some(outputs)) => outputs,
-                (Outcome::Poisoned, _) => {
+                (outcome @ (Outcome::Poisoned | Outcome::Unprocessable), _) => {
                     let reason = format!("upstream recipe {} failed for good", upstream.name);
-                    none_runs(Outcome::Poisoned, reason);
+                    none_runs(outcome, reason);
                     continue;
                 }
                 // Not done yet: its own report brings the message back.

@@ -41,7 +41,11 @@ pub(super) async fn process_chunk(
             // whose split is over but still on its row.
             let ended = matches!(
                 report.outcome,
-                Outcome::Ran | Outcome::Reused | Outcome::Poisoned | Outcome::Skipped
+                Outcome::Ran
+                    | Outcome::Reused
+                    | Outcome::Poisoned
+                    | Outcome::Unprocessable
+                    | Outcome::Skipped
             );
             let settled = match package {
                 Some(package) if ended => {

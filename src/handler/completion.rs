@@ -16,7 +16,10 @@ use crate::step::content_type;
 /// good. Anything else (busy, failed, deferred, handed on, skipped because
 /// the version changed) leaves the pipeline unfinished here.
 fn terminal(outcome: Outcome) -> bool {
-    matches!(outcome, Outcome::Ran | Outcome::Reused | Outcome::Poisoned)
+    matches!(
+        outcome,
+        Outcome::Ran | Outcome::Reused | Outcome::Poisoned | Outcome::Unprocessable
+    )
 }
 
 /// Publishes the version's completion event when every job of `reports`

@@ -99,7 +99,7 @@ pub(super) async fn settle_parent(
                     poison_reason(chunk),
                     key = chunk.job_key,
                 );
-                joined.fail(&reason).await
+                joined.fail(&reason, chunk.permanent).await
             } else if let Some(done) = done {
                 joined.join(&done).await
             } else {
@@ -166,19 +166,42 @@ impl Join<'_> {
     }
 
     /// A chunk failed for good: so does the job, naming it.
-    async fn fail(&self, reason: &str) -> Result<&'static str, String> {
+    /// The job fails for good: unprocessable when its chunk's input was
+    /// (`permanent`), else poisoned by its spent count, not permanent, so
+    /// its waiting versions' messages go to the dead-letter queue rather
+    /// than being told their input is at fault.
+    async fn fail(&self, reason: &str, permanent: bool) -> Result<&'static str, String> {
         let Some(claim) = self.take().await? else {
             return Ok("another worker ends the parent");
         };
-        self.finish(&claim, Some(StepError::Unprocessable(reason.to_string())))
+        let app = self.app;
+        let now = app.now_ms();
+        let finished = if permanent {
+            let error = StepError::Unprocessable(reason.to_string());
+            finish(&app.ledger, &claim, Some(error), now).await
+        } else {
+            let cap = app.config.max_attempts;
+            app.ledger.finish_spent(&claim, reason, cap, now).await
+        };
+        self.end(&claim, finished).await
+    }
+
+    /// The job finished as `error` says, then its end handed on.
+    async fn finish(&self, claim: &Claim, error: Option<StepError>) -> Result<&'static str, String> {
+        let app = self.app;
+        self.end(claim, finish(&app.ledger, claim, error, app.now_ms()).await)
             .await
     }
 
-    /// The job finished as `error` says, then (read again: every waiter
-    /// added before the finish is on it) its end handed on.
-    async fn finish(&self, claim: &Claim, error: Option<StepError>) -> Result<&'static str, String> {
+    /// After the job's finish (`finished`), its end handed on: the row read
+    /// again, so every waiter added before the finish is on it.
+    async fn end(
+        &self,
+        claim: &Claim,
+        finished: Result<(), FinishError>,
+    ) -> Result<&'static str, String> {
         let app = self.app;
-        match finish(&app.ledger, claim, error, app.now_ms()).await {
+        match finished {
             Ok(()) => {}
             Err(FinishError::LostLease(_)) => return Ok("another worker took the parent over"),
             Err(err) => return Err(err.to_string()),

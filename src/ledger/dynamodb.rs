@@ -376,6 +376,15 @@ impl LedgerTable for DynamoDbTable {
                     update.update_expression(counted)
                 }
             }
+            Finish::Spent { error, failures } => update
+                .update_expression(
+                    "SET #status = :status, #updated = :now, #error = :error, \
+                     #failures = :failures",
+                )
+                .expression_attribute_names("#failures", attr::FAILURES)
+                .expression_attribute_values(":status", s(JobStatus::Failed.as_str()))
+                .expression_attribute_values(":error", s(error))
+                .expression_attribute_values(":failures", n(failures)),
         };
         Ok(
             match self.update_outcome(&claim.job_key, update.send().await)? {

@@ -153,6 +153,11 @@ impl LedgerTable for InMemoryTable {
                 row.failures += 1;
                 row.permanent |= permanent;
             }
+            Finish::Spent { error, failures } => {
+                row.status = JobStatus::Failed;
+                row.error = Some(error.to_string());
+                row.failures = failures;
+            }
         }
         Ok(Conditional::Applied(()))
     }

@@ -237,6 +237,13 @@ pub enum Finish<'a> {
         error: &'a str,
         permanent: bool,
     },
+    /// Failed for good, but not for its input's sake: `failures` is set to
+    /// `failures` (the cap), so the job is poisoned, and not `permanent`.
+    /// A split job whose chunk spent its runs: no run of the job can end
+    /// otherwise until `mediaonce retry` of the chunk, and its waiting
+    /// versions' messages go on to the dead-letter queue, as a poisoned
+    /// job's do, rather than being told their input is unprocessable.
+    Spent { error: &'a str, failures: u64 },
 }
 
 /// Runs started (first run plus takeovers) after which a job whose lease
@@ -1321,6 +1328,24 @@ impl Ledger {
         now_ms: u64,
     ) -> Result<(), FinishError> {
         self.finish_failure(claim, error, true, now_ms).await
+    }
+
+    /// Marks a claimed job failed for good though its input is not at
+    /// fault: poisoned by its failures set to `failures` (the cap), not
+    /// permanent ([`Finish::Spent`]).
+    pub async fn finish_spent(
+        &self,
+        claim: &Claim,
+        error: &str,
+        failures: u64,
+        now_ms: u64,
+    ) -> Result<(), FinishError> {
+        let error = truncate_chars(error, MAX_ERROR_CHARS);
+        let finish = Finish::Spent {
+            error: &error,
+            failures,
+        };
+        self.finish(claim, finish, now_ms).await
     }
 
     async fn finish_failure(

@@ -180,6 +180,11 @@ impl<'a> JobRun<'a> {
                     Some(format!("held until {} ms", row.lease_until_ms)),
                 )
             },
+            // A run found the input unprocessable: the message is done (its
+            // event says so); only spent caps go on to the DLQ.
+            Ok(ClaimOutcome::Poisoned(row)) if row.permanent => {
+                report.of(Outcome::Unprocessable, row.attempts, Some(poison_reason(&row)))
+            }
             Ok(ClaimOutcome::Poisoned(row)) => {
                 report.of(Outcome::Poisoned, row.attempts, Some(poison_reason(&row)))
             }
@@ -268,7 +273,7 @@ impl<'a> JobRun<'a> {
         let (outcome, reason) = match &result {
             Ok(()) => (Outcome::Ran, None),
             Err(err) if err.is_permanent() => (
-                Outcome::Poisoned,
+                Outcome::Unprocessable,
                 Some(format!("failed permanently (no retry can fix it): {err}")),
             ),
             Err(err) => (Outcome::Failed, Some(err.to_string())),
