@@ -295,6 +295,27 @@ async fn a_rebuild_says_referenced_only_of_a_job_done_after_its_reference() {
     assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))));
 }
 
+/// Issue 37, defect 4, on the in-memory store: a DELETE in a
+/// versioning-suspended bucket removes the null version for good and puts
+/// a null marker. Its event releases the version's jobs whatever
+/// `MEDIAONCE_RELEASE_ON_DELETE_MARKER` says (the default here: off), and
+/// with no grace they are collected at once; they leaked for good before.
+#[tokio::test]
+async fn a_null_delete_marker_releases_the_version_it_removed() {
+    let w = world(0);
+    assert_eq!(outcomes(&w.upload("a.bin").await), [Outcome::Ran]);
+    assert_eq!(outcomes(&w.upload("b.bin").await), [Outcome::Reused]);
+    w.objects.delete_suspended("in", "a.bin");
+    let report = w.event("ObjectRemoved:DeleteMarkerCreated", "a.bin").await;
+    assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
+    assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))), "b.bin's");
+    w.objects.delete_suspended("in", "b.bin");
+    let report = w.event("ObjectRemoved:DeleteMarkerCreated", "b.bin").await;
+    assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
+    assert_eq!(w.status().await, None);
+    assert!(w.outputs().is_empty());
+}
+
 #[tokio::test]
 async fn a_reference_between_the_last_release_and_the_collection_keeps_everything() {
     let w = world(GRACE_SECS);

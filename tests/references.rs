@@ -741,3 +741,73 @@ async fn rebuild_of_a_null_version_under_a_newer_one(s3_checksums: bool) {
     let row = version_row(&p, "old.bin", None).await.unwrap();
     assert_eq!(row.job_keys, [old].into(), "{row:?}");
 }
+
+/// Suspends versioning on the pipeline's bucket: new objects are `null`
+/// versions, and a DELETE removes the null version for good and puts a
+/// null delete marker.
+async fn suspend_versioning(p: &Pipeline) {
+    use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
+    p.s3.put_bucket_versioning()
+        .bucket(&p.bucket)
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Suspended)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("suspend versioning");
+}
+
+/// Issue 37, defects 4 and 5, on LocalStack: in a versioning-suspended
+/// bucket a DELETE removes the null version and puts a null marker
+/// (`ObjectRemoved:DeleteMarkerCreated`). That version is gone, so its
+/// jobs are released whatever `MEDIAONCE_RELEASE_ON_DELETE_MARKER` says
+/// (they stayed referenced for good before). And a create handled after
+/// such a delete is skipped as gone: S3 answers the HEAD of
+/// `versionId=null` on the null marker with 405, not 404, and the
+/// message failed on every receive until it was dead-lettered.
+#[tokio::test]
+async fn a_suspended_buckets_delete_releases_the_null_version_and_a_late_create_is_skipped() {
+    let p = pipeline(true, Vec::new()).await;
+    suspend_versioning(&p).await;
+    let key = key_of(&p, BYTES);
+    p.put("a.bin", BYTES, true).await;
+    handle_ok(&p, p.receive(1).await).await;
+    assert_eq!(p.refs(&key).await, 1);
+
+    delete(&p, "a.bin", None).await;
+    let listed = p
+        .s3
+        .list_object_versions()
+        .bucket(&p.bucket)
+        .prefix("a.bin")
+        .send()
+        .await
+        .unwrap();
+    assert!(listed.versions().is_empty(), "the null version is gone for good");
+    assert_eq!(listed.delete_markers().len(), 1);
+    let marker = p.receive(1).await;
+    let body: Value = serde_json::from_str(marker[0].body.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        body["Records"][0]["eventName"],
+        "ObjectRemoved:DeleteMarkerCreated",
+        "{body}"
+    );
+    handle_ok(&p, marker).await;
+    assert_eq!(p.refs(&key).await, 0, "the removed null version is released");
+    let row = p.row(&key).await.expect("kept for the grace");
+    assert!(row.free_mark.is_some(), "marked for the sweep: {row:?}");
+
+    // Put and deleted before its create is handled.
+    p.put("b.bin", b"soon gone", true).await;
+    delete(&p, "b.bin", None).await;
+    let report = p.handle(p.receive(2).await).await;
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
+    let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Skipped], "{report:?}");
+    assert_eq!(p.refs(&key_of(&p, b"soon gone")).await, 0);
+}

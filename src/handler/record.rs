@@ -126,6 +126,13 @@ async fn process_removed(
 ) -> Option<String> {
     let (bucket, key, event) = (&record.bucket, &record.key, &record.event_name);
     let released = match record.kind() {
+        // A marker without a version id (S3 writes "null") is a null
+        // marker: in a versioning-suspended bucket a DELETE removes the
+        // null version for good and puts one. That version is gone, not
+        // hidden: released whatever the setting (it leaked before).
+        EventKind::DeleteMarker if version.is_unversioned() => {
+            null_version_removed(app, version).await
+        }
         EventKind::DeleteMarker if !app.config.release_on_delete_marker => {
             tracing::info!(
                 message_id,
@@ -363,6 +370,21 @@ impl Unclaimed<'_> {
         }
         reports
     }
+}
+
+/// A null delete marker's key: its null version (`marker` names it) is
+/// reconciled as a removed version, and under
+/// `MEDIAONCE_RELEASE_ON_DELETE_MARKER` every listed version the marker
+/// hides too. Returns the jobs released.
+async fn null_version_removed(app: &App, marker: &VersionName) -> Result<Vec<String>, String> {
+    let mut released = reconcile_version(app, marker, None, Start::Unknown)
+        .await
+        .map_err(|err| err.to_string())?
+        .released;
+    if app.config.release_on_delete_marker {
+        released.extend(reconcile_every_version(app, marker).await?);
+    }
+    Ok(released)
 }
 
 /// Every listed version of `marker`'s key reconciled (a delete marker,

@@ -2,6 +2,13 @@
 //! whose HeadObject answers like S3's (ETag, size, and a full-object SHA-256
 //! checksum for objects inserted with one), and which refuses a call to a
 //! bucket another account owns with S3's 403 when an owner is expected.
+//!
+//! Each object is its key's `null` version. A bucket whose versioning is
+//! suspended is modelled by its deletes ([`InMemoryObjects::delete_suspended`]):
+//! the null version removed for good and a null delete marker put, which
+//! the key's version listing shows as its current entry, and which a HEAD
+//! of `versionId=null` finds no object behind (S3 answers 405 there; the
+//! client contract is `None`, as for a 404).
 
 use super::{DeleteError, ListError, VersionsPage};
 use std::collections::{BTreeMap, HashMap};
@@ -25,6 +32,9 @@ struct Stored {
 #[derive(Debug, Default)]
 pub struct InMemoryObjects {
     objects: Mutex<BTreeMap<(String, String), Stored>>,
+    /// Keys whose current entry is a null delete marker (a DELETE in a
+    /// versioning-suspended bucket); a put over it replaces it.
+    null_markers: Mutex<std::collections::BTreeSet<(String, String)>>,
     /// Bucket → the account that owns it; unnamed buckets are the caller's.
     owners: Mutex<HashMap<String, String>>,
     /// The owner every call expects (`ExpectedBucketOwner`), if any.
@@ -43,6 +53,7 @@ impl InMemoryObjects {
     /// Stores an object as an upload would; with `sha256`, as one that asked
     /// S3 for a SHA-256 checksum. Returns its ETag.
     pub fn insert(&self, bucket: &str, key: &str, bytes: &[u8], sha256: bool) -> String {
+        lock(&self.null_markers).remove(&(bucket.to_string(), key.to_string()));
         self.objects().insert(
             (bucket.to_string(), key.to_string()),
             Stored {
@@ -106,13 +117,21 @@ impl InMemoryObjects {
         Ok(stored.bytes.clone())
     }
 
-    /// An object's bytes.
     /// Deletes an object (as another writer would).
     pub fn remove(&self, bucket: &str, key: &str) {
         self.objects()
             .remove(&(bucket.to_string(), key.to_string()));
     }
 
+    /// A DELETE in a versioning-suspended bucket, as S3 does it: the null
+    /// version is removed for good and a null delete marker put (its event
+    /// is `ObjectRemoved:DeleteMarkerCreated` with the version id `null`).
+    pub fn delete_suspended(&self, bucket: &str, key: &str) {
+        self.remove(bucket, key);
+        lock(&self.null_markers).insert((bucket.to_string(), key.to_string()));
+    }
+
+    /// An object's bytes.
     pub fn bytes(&self, bucket: &str, key: &str) -> Option<Vec<u8>> {
         self.objects()
             .get(&(bucket.to_string(), key.to_string()))
@@ -255,6 +274,16 @@ impl ObjectClient for Arc<InMemoryObjects> {
         _from: Option<&(String, String)>,
     ) -> Result<VersionsPage, ListError> {
         let keys = self.keys(bucket, prefix);
+        let markers: Vec<super::KeyEntry> = lock(&self.null_markers)
+            .iter()
+            .filter(|(b, k)| b == bucket && k.starts_with(prefix))
+            .map(|(_, key)| super::KeyEntry {
+                key: key.clone(),
+                delete_marker: true,
+                is_latest: true,
+                ..Default::default()
+            })
+            .collect();
         Ok(VersionsPage {
             entries: keys
                 .iter()
@@ -263,6 +292,7 @@ impl ObjectClient for Arc<InMemoryObjects> {
                     is_latest: true,
                     ..Default::default()
                 })
+                .chain(markers)
                 .collect(),
             versions: keys.into_iter().map(|key| (key, None)).collect(),
             next: None,

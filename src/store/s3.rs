@@ -94,6 +94,19 @@ impl ObjectClient for S3Objects {
             {
                 return Ok(None)
             }
+            // A HEAD by version id of a delete marker: S3 answers 405
+            // MethodNotAllowed (with `x-amz-delete-marker: true`), not 404.
+            // No object is there: in a versioning-suspended bucket a
+            // DELETE removes the null version for good and leaves a null
+            // marker, and `versionId=null` then names the marker.
+            Err(err)
+                if object.version_id.is_some()
+                    && err
+                        .raw_response()
+                        .is_some_and(|r| r.status().as_u16() == 405) =>
+            {
+                return Ok(None)
+            }
             Err(err) => {
                 return Err(HeadError {
                     object: object.to_string(),
