@@ -40,6 +40,10 @@ pub struct ObjectHead {
     /// (`x-amz-meta-sha256`). Never trusted as a key: compared with a
     /// computed hash, and a mismatch is a warning.
     pub declared_sha256: Option<String>,
+    /// The ETag is the MD5 of the bytes: a single-part upload (no `-N`
+    /// part count) not encrypted with SSE-KMS or SSE-C. `false`: nothing
+    /// is known of it, and another ETag does not prove other bytes.
+    pub etag_md5: bool,
 }
 
 impl ObjectHead {

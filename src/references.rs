@@ -42,6 +42,12 @@ pub mod attr {
     pub const SEQUENCER: &str = "sequencer";
     /// S: the ETag of the bytes the references belong to.
     pub const ETAG: &str = "etag";
+    /// S: the SHA-256 (hex) of the bytes the references belong to, when S3
+    /// stored a full-object checksum or mediaonce computed it.
+    pub const SHA256: &str = "sha256";
+    /// BOOL: the row's ETag is the MD5 of its bytes (a single-part upload,
+    /// not under SSE-KMS or SSE-C): another such ETag proves other bytes.
+    pub const ETAG_MD5: &str = "etag_md5";
     /// N: bumped by every change; a change is conditioned on the one read.
     pub const GEN: &str = "gen";
     /// BOOL: the version was deleted (a tombstone).
@@ -172,6 +178,10 @@ pub struct VersionRefs {
     pub job_keys: BTreeSet<String>,
     /// The ETag of the bytes whose jobs are referenced (unquoted).
     pub etag: Option<String>,
+    /// Their SHA-256 (hex), when known ([`BytesId::sha256`]).
+    pub sha256: Option<String>,
+    /// The ETag is their MD5 ([`BytesId::etag_md5`]).
+    pub etag_md5: bool,
     pub gen: u64,
     pub deleted: bool,
     /// Its jobs have reference items (false on a row written before them).
@@ -204,15 +214,58 @@ pub enum Seen {
     /// No such version (any more), or one a newer delete marker hides
     /// under `MEDIAONCE_RELEASE_ON_DELETE_MARKER`.
     Gone,
-    /// The version exists and holds the bytes with this ETag (unquoted).
-    Holds { etag: String },
+    /// The version exists and holds these bytes.
+    Holds(BytesId),
+}
+
+/// What names the bytes a version holds, as far as S3 and mediaonce can
+/// tell. An ETag is not the bytes' identity: the same bytes get another
+/// ETag under a multipart upload, SSE-KMS or SSE-C, so two ETags that
+/// differ prove other bytes only when both are MD5s of the bytes. A
+/// SHA-256 (S3's full-object checksum, or one mediaonce computed: never a
+/// declared one) is the identity, when both sides have one.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BytesId {
+    /// The ETag (unquoted).
+    pub etag: String,
+    /// The content's SHA-256, hex.
+    pub sha256: Option<String>,
+    /// The ETag is the MD5 of the bytes: a single-part upload, not under
+    /// SSE-KMS or SSE-C (S3 documents these as the ETags that are).
+    pub etag_md5: bool,
+}
+
+impl BytesId {
+    /// Whether these are the same bytes as `other`: `Some` when something
+    /// proves it either way, `None` when nothing does (two ETags that
+    /// differ, one of them not an MD5, and no SHA-256 on both sides). Pure.
+    pub fn same_as(&self, other: &BytesId) -> Option<bool> {
+        if let (Some(mine), Some(theirs)) = (&self.sha256, &other.sha256) {
+            return Some(mine == theirs);
+        }
+        if self.etag == other.etag {
+            return Some(true);
+        }
+        (self.etag_md5 && other.etag_md5).then_some(false)
+    }
+}
+
+impl VersionRefs {
+    /// The bytes whose jobs the row references; `None` when it says not.
+    pub fn bytes(&self) -> Option<BytesId> {
+        self.etag.as_ref().map(|etag| BytesId {
+            etag: etag.clone(),
+            sha256: self.sha256.clone(),
+            etag_md5: self.etag_md5,
+        })
+    }
 }
 
 /// What a create's hint knows: the bytes it keyed and their jobs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Keyed {
-    /// The ETag of the bytes keyed (unquoted).
-    pub etag: String,
+    /// The bytes keyed.
+    pub bytes: BytesId,
     /// Every job the recipes that apply to those bytes key: the version's
     /// references, referenced before any of them is claimed or reused.
     pub wanted: BTreeSet<String>,
@@ -279,26 +332,49 @@ pub fn reconcile(
             },
             keyed.map(|_| "the version is gone"),
         ),
-        (Seen::Holds { etag }, Some(keyed)) if *etag == keyed.etag => {
+        (Seen::Holds(held), Some(keyed)) if held.same_as(&keyed.bytes) == Some(true) => {
             // References of the same bytes only grow: a pipeline's chained
             // jobs are added as their upstream jobs finish, and a later
             // hint that keys only the first stage must not release them.
+            // So do those of bytes not proven other: the same bytes
+            // uploaded again with another ETag (multipart, SSE-KMS, SSE-C)
+            // keep their chained jobs; a leak bounded by the version's
+            // life when they were other bytes after all, never a loss.
             let mut job_keys = keyed.wanted.clone();
-            if row.etag.as_deref() == Some(etag.as_str()) {
+            let other_bytes = row.bytes().and_then(|was| was.same_as(&keyed.bytes));
+            if other_bytes != Some(false) {
                 job_keys.extend(referenced.iter().cloned());
             }
+            // What is known of the bytes now: the hint's, with a SHA-256
+            // from S3's HEAD, or from the row when it names these bytes.
+            let known = |id: Option<BytesId>| id.and_then(|id| id.sha256);
+            let same_row = row.bytes().filter(|_| other_bytes == Some(true));
+            let bytes = BytesId {
+                sha256: keyed
+                    .bytes
+                    .sha256
+                    .clone()
+                    .or_else(|| held.sha256.clone())
+                    .or_else(|| known(same_row)),
+                ..keyed.bytes.clone()
+            };
             (
                 VersionRefs {
                     job_keys,
-                    etag: Some(etag.clone()),
+                    etag: Some(bytes.etag),
+                    sha256: bytes.sha256,
+                    etag_md5: bytes.etag_md5,
                     ..VersionRefs::default()
                 },
                 None,
             )
         }
-        (Seen::Holds { etag }, keyed) => {
+        (Seen::Holds(held), keyed) => {
             let stale = keyed.map(|_| "the version holds other bytes now");
-            let holds_referenced = row.etag.as_deref().is_none_or(|held| held == etag);
+            // Released only when the row's bytes are proven not there.
+            let holds_referenced = row
+                .bytes()
+                .is_none_or(|was| was.same_as(held) != Some(false));
             if row.deleted || holds_referenced {
                 (
                     VersionRefs {
@@ -331,6 +407,8 @@ pub fn reconcile(
         && add.is_empty()
         && remove.is_empty()
         && next.etag == row.etag
+        && next.sha256 == row.sha256
+        && next.etag_md5 == row.etag_md5
         && next.deleted == row.deleted;
     let change = (!unchanged || version.is_unversioned()).then(|| RefChange {
         seen_gen: current.map(|r| r.gen),
@@ -369,10 +447,21 @@ mod tests {
         }
     }
 
+    /// Bytes named by an ETag that is their MD5 (a single-part upload).
+    fn md5(etag: &str) -> BytesId {
+        BytesId {
+            etag: etag.into(),
+            sha256: None,
+            etag_md5: true,
+        }
+    }
+
     fn row(job_keys: &[&str], etag: &str, gen: u64) -> VersionRefs {
         VersionRefs {
             job_keys: keys(job_keys),
             etag: Some(etag.into()),
+            sha256: None,
+            etag_md5: true,
             gen,
             deleted: false,
             ref_items: true,
@@ -380,12 +469,12 @@ mod tests {
     }
 
     fn holds(etag: &str) -> Seen {
-        Seen::Holds { etag: etag.into() }
+        Seen::Holds(md5(etag))
     }
 
     fn keyed(etag: &str, wanted: &[&str]) -> Keyed {
         Keyed {
-            etag: etag.into(),
+            bytes: md5(etag),
             wanted: keys(wanted),
         }
     }
@@ -460,6 +549,64 @@ mod tests {
         let hint = keyed("e", &["J1", "C2"]);
         let plan = reconcile(&versioned(), Some(&now), &holds("e"), Some(&hint));
         assert_eq!(moves(&plan), (vec!["C2".into()], vec![]));
+    }
+
+    #[test]
+    fn bytes_are_the_same_by_sha256_else_by_etag_and_other_only_by_md5s() {
+        let multipart = |etag: &str, sha256: Option<&str>| BytesId {
+            etag: etag.into(),
+            sha256: sha256.map(str::to_string),
+            etag_md5: false,
+        };
+        assert_eq!(md5("a").same_as(&md5("a")), Some(true));
+        assert_eq!(md5("a").same_as(&md5("b")), Some(false));
+        // Another ETag that is not an MD5 proves nothing...
+        assert_eq!(md5("a").same_as(&multipart("b-2", None)), None);
+        // ...a SHA-256 on both sides does, either way, over the ETags.
+        let hashed = |id: BytesId, sha: &str| BytesId {
+            sha256: Some(sha.into()),
+            ..id
+        };
+        assert_eq!(
+            hashed(md5("a"), "s").same_as(&multipart("b-2", Some("s"))),
+            Some(true)
+        );
+        assert_eq!(hashed(md5("a"), "s").same_as(&hashed(md5("a"), "t")), Some(false));
+    }
+
+    #[test]
+    fn bytes_not_proven_other_keep_their_jobs() {
+        // The same bytes uploaded again in parts: another ETag, no hash.
+        let reupload = BytesId {
+            etag: "m-2".into(),
+            sha256: None,
+            etag_md5: false,
+        };
+        let now = row(&["J1", "C"], "e", 2);
+        let hint = Keyed {
+            bytes: reupload.clone(),
+            wanted: keys(&["J1"]),
+        };
+        let seen = Seen::Holds(reupload.clone());
+        let plan = reconcile(&unversioned(), Some(&now), &seen, Some(&hint));
+        let change = plan.change.unwrap();
+        assert!(change.remove.is_empty(), "{change:?}");
+        assert_eq!(change.next.job_keys, keys(&["C", "J1"]));
+        assert_eq!(change.next.etag.as_deref(), Some("m-2"));
+        // A delete's hint (or a stale create's) finding them leaves the row.
+        let plan = reconcile(&unversioned(), Some(&now), &seen, None);
+        assert!(plan.change.unwrap().remove.is_empty());
+        // Proven other by SHA-256s: released.
+        let hashed_row = VersionRefs {
+            sha256: Some("s1".into()),
+            ..now.clone()
+        };
+        let other = Seen::Holds(BytesId {
+            sha256: Some("s2".into()),
+            ..reupload
+        });
+        let plan = reconcile(&unversioned(), Some(&hashed_row), &other, None);
+        assert_eq!(moves(&plan), (vec![], vec!["C".into(), "J1".into()]));
     }
 
     #[test]

@@ -403,11 +403,16 @@ fn created(
     wanted: &BTreeSet<String>,
     etag: &str,
 ) -> RefChange {
-    let keyed = references::Keyed {
+    let bytes = references::BytesId {
         etag: etag.into(),
+        sha256: Some(format!("{etag:0>64}")),
+        etag_md5: true,
+    };
+    let keyed = references::Keyed {
+        bytes: bytes.clone(),
         wanted: wanted.clone(),
     };
-    let seen = references::Seen::Holds { etag: etag.into() };
+    let seen = references::Seen::Holds(bytes);
     references::reconcile(version, current, &seen, Some(&keyed))
         .change
         .expect("a write")

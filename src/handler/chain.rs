@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::job::{BatchJobs, JobRun};
-use super::references::{reconcile_version, Start};
+use super::references::{bytes_of, reconcile_version, Start};
 use super::{App, Invocation, JobReport, Outcome};
 use crate::config::RecipeRule;
 use crate::fingerprint::{Fingerprint, FingerprintSource, ObjectHead};
@@ -62,7 +62,7 @@ impl<'a> Downstream<'a> {
             }
             let wanted = chained.iter().map(|c| c.job_key.clone()).collect();
             let keyed = Keyed {
-                etag: self.head.etag.clone(),
+                bytes: bytes_of(self.head, None),
                 wanted,
             };
             let added = match reconcile_version(self.app, self.version, Some(keyed), Start::Unknown)

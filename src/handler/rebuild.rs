@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 
 use super::identify::identify;
 use super::job::BatchJobs;
-use super::references::{head_version, reconcile_version, Start};
+use super::references::{bytes_of, head_version, reconcile_version, Start};
 use super::{App, JobReport, Outcome};
 use crate::config::RecipeRule;
 use crate::fingerprint::{s3_checksum, version_etag, FingerprintSource, ObjectHead};
@@ -140,10 +140,10 @@ impl App {
         };
         if !dry_run {
             let keyed = Keyed {
-                etag: head.etag.clone(),
+                bytes: bytes_of(&head, None),
                 wanted,
             };
-            let headed = Start::Headed(Seen::Holds { etag: head.etag });
+            let headed = Start::Headed(Seen::Holds(bytes_of(&head, None)));
             match reconcile_version(self, version, Some(keyed), headed).await {
                 Ok(done) => {
                     if let Some(stale) = done.stale {

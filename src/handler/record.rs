@@ -11,7 +11,7 @@ use super::collect::collect_now;
 use super::completion::publish_if_complete;
 use super::identify::{forget_if_disproved, identify, Identified};
 use super::job::{elapsed_ms, BatchJobs, JobRun};
-use super::references::{head_null_version, reconcile_version, Start};
+use super::references::{bytes_of, head_null_version, reconcile_version, Start};
 use super::log::log_job;
 use super::{App, Invocation, JobReport, MessageReport, Outcome};
 use crate::config::RecipeRule;
@@ -254,12 +254,10 @@ async fn run_pipeline(
     let start = if fingerprint.source == FingerprintSource::Cached {
         Start::Unknown
     } else {
-        Start::Headed(Seen::Holds {
-            etag: head.etag.clone(),
-        })
+        Start::Headed(Seen::Holds(bytes_of(head, None)))
     };
     let keyed = Keyed {
-        etag: head.etag.clone(),
+        bytes: bytes_of(head, Some(fingerprint)),
         wanted,
     };
     let referenced = match reconcile_version(app, &version, Some(keyed), start).await {

@@ -9,9 +9,9 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::App;
-use crate::fingerprint::ObjectHead;
+use crate::fingerprint::{s3_checksum, Fingerprint, ObjectHead};
 use crate::ledger::RefWrite;
-use crate::references::{reconcile, Keyed, Seen, VersionName, VersionRefs};
+use crate::references::{reconcile, BytesId, Keyed, Seen, VersionName, VersionRefs};
 use crate::store::{KeyEntry, ObjectRef};
 
 /// Transactions tried before giving up (the message comes back): each
@@ -210,7 +210,22 @@ async fn seen_now(app: &App, version: &VersionName) -> Result<Seen, String> {
             return Ok(Seen::Gone);
         }
     }
-    Ok(Seen::Holds { etag: head.etag })
+    Ok(Seen::Holds(bytes_of(&head, None)))
+}
+
+/// What names the bytes `head` found: its ETag, whether that is their
+/// MD5, and their SHA-256 when the job was keyed by one (`keyed`: a
+/// content hash S3 or mediaonce computed) or S3 stored a full-object one.
+pub(super) fn bytes_of(head: &ObjectHead, keyed: Option<&Fingerprint>) -> BytesId {
+    let sha256 = keyed
+        .filter(|fingerprint| fingerprint.source.is_content())
+        .map(|fingerprint| fingerprint.input_hash.clone())
+        .or_else(|| s3_checksum(head).map(|fingerprint| fingerprint.input_hash));
+    BytesId {
+        etag: head.etag.clone(),
+        sha256,
+        etag_md5: head.etag_md5,
+    }
 }
 
 /// HeadObject of exactly `version`; `None` when it does not exist. The

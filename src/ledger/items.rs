@@ -258,9 +258,20 @@ pub(super) fn version_refs_from_item(item: &Item) -> Result<VersionRefs, String>
         item.get(ref_attr::REF_ITEMS),
         Some(AttributeValue::Bool(true))
     );
+    let sha256 = match item.get(ref_attr::SHA256) {
+        None => None,
+        Some(AttributeValue::S(text)) => Some(text.clone()),
+        Some(_) => return Err(format!("attribute {} is not a string", ref_attr::SHA256)),
+    };
+    let etag_md5 = matches!(
+        item.get(ref_attr::ETAG_MD5),
+        Some(AttributeValue::Bool(true))
+    );
     Ok(VersionRefs {
         job_keys,
         etag,
+        sha256,
+        etag_md5,
         gen,
         deleted,
         ref_items,
@@ -296,6 +307,8 @@ pub(super) fn version_update(
         .expression_attribute_names("#sequencer", ref_attr::SEQUENCER)
         .expression_attribute_names("#expires_at", ref_attr::EXPIRES_AT)
         .expression_attribute_names("#etag", ref_attr::ETAG)
+        .expression_attribute_names("#sha256", ref_attr::SHA256)
+        .expression_attribute_names("#etag_md5", ref_attr::ETAG_MD5)
         .expression_attribute_names("#ref_items", ref_attr::REF_ITEMS)
         .expression_attribute_values(":true", AttributeValue::Bool(true))
         .expression_attribute_values(":bucket", s(&version.bucket))
@@ -324,6 +337,18 @@ pub(super) fn version_update(
             update = update.expression_attribute_values(":etag", s(etag));
         }
         None => remove.push("#etag"),
+    }
+    match &next.sha256 {
+        Some(sha256) => {
+            set.push("#sha256 = :sha256");
+            update = update.expression_attribute_values(":sha256", s(sha256));
+        }
+        None => remove.push("#sha256"),
+    }
+    if next.etag_md5 {
+        set.push("#etag_md5 = :true");
+    } else {
+        remove.push("#etag_md5");
     }
     if next.deleted {
         set.push("#expires_at = :expires_at");

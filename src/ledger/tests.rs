@@ -362,6 +362,8 @@ fn adding(job_key: &str) -> crate::references::RefChange {
         next: crate::references::VersionRefs {
             job_keys: [job_key.to_string()].into(),
             etag: Some("e".into()),
+            sha256: None,
+            etag_md5: true,
             gen: 1,
             deleted: false,
             ref_items: true,

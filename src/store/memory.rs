@@ -27,6 +27,19 @@ struct Stored {
     bytes: Vec<u8>,
     content_type: String,
     with_sha256: bool,
+    /// Uploaded in parts: its ETag is S3's multipart form (`<hex>-<parts>`),
+    /// not the bytes' MD5, so the same bytes have another ETag.
+    multipart: bool,
+}
+
+impl Stored {
+    fn etag(&self) -> String {
+        if self.multipart {
+            format!("{}-2", etag(&self.bytes))
+        } else {
+            etag(&self.bytes)
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -53,16 +66,27 @@ impl InMemoryObjects {
     /// Stores an object as an upload would; with `sha256`, as one that asked
     /// S3 for a SHA-256 checksum. Returns its ETag.
     pub fn insert(&self, bucket: &str, key: &str, bytes: &[u8], sha256: bool) -> String {
+        self.store(bucket, key, bytes, sha256, false)
+    }
+
+    /// Stores an object as a multipart upload would: the same bytes as a
+    /// single-part upload get another ETag, one that is not their MD5.
+    pub fn insert_multipart(&self, bucket: &str, key: &str, bytes: &[u8], sha256: bool) -> String {
+        self.store(bucket, key, bytes, sha256, true)
+    }
+
+    fn store(&self, bucket: &str, key: &str, bytes: &[u8], sha256: bool, multipart: bool) -> String {
         lock(&self.null_markers).remove(&(bucket.to_string(), key.to_string()));
-        self.objects().insert(
-            (bucket.to_string(), key.to_string()),
-            Stored {
-                bytes: bytes.to_vec(),
-                content_type: "application/octet-stream".into(),
-                with_sha256: sha256,
-            },
-        );
-        etag(bytes)
+        let stored = Stored {
+            bytes: bytes.to_vec(),
+            content_type: "application/octet-stream".into(),
+            with_sha256: sha256,
+            multipart,
+        };
+        let etag = stored.etag();
+        self.objects()
+            .insert((bucket.to_string(), key.to_string()), stored);
+        etag
     }
 
     /// Makes `account` the owner of `bucket`.
@@ -106,7 +130,7 @@ impl InMemoryObjects {
             .filter(|_| object.version_id.is_none())
             .ok_or_else(|| error("NoSuchKey".into(), ErrorKind::NotFound))?;
         if let Some(expected) = &object.if_match {
-            let current = etag(&stored.bytes);
+            let current = stored.etag();
             if *expected != current {
                 return Err(error(
                     format!("HTTP 412 PreconditionFailed: If-Match {expected}, ETag is {current}"),
@@ -178,13 +202,15 @@ impl ObjectClient for Arc<InMemoryObjects> {
             bucket: object.bucket.clone(),
             key: object.key.clone(),
             version_id: None,
-            etag: etag(&stored.bytes),
+            etag: stored.etag(),
             size: stored.bytes.len() as u64,
             checksum_sha256: stored.with_sha256.then(|| {
                 base64::engine::general_purpose::STANDARD.encode(Sha256::digest(&stored.bytes))
             }),
             checksum_type: stored.with_sha256.then(|| "FULL_OBJECT".to_string()),
             content_type: Some(stored.content_type.clone()),
+            // Unique per content, as a single-part upload's MD5 is.
+            etag_md5: !stored.multipart,
             ..Default::default()
         }))
     }
@@ -231,6 +257,7 @@ impl ObjectClient for Arc<InMemoryObjects> {
                 bytes,
                 content_type,
                 with_sha256: false,
+                multipart: false,
             },
         );
         Ok(())
@@ -261,6 +288,7 @@ impl ObjectClient for Arc<InMemoryObjects> {
                 bytes: bytes.into_bytes().to_vec(),
                 content_type: content_type.to_string(),
                 with_sha256: false,
+                multipart: false,
             },
         );
         Ok(())

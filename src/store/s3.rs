@@ -60,6 +60,16 @@ impl S3Objects {
     }
 }
 
+/// Whether an ETag is the MD5 of the object's bytes, as S3 documents it:
+/// for a single-part upload (a multipart ETag ends `-<parts>`) stored
+/// unencrypted or under SSE-S3, not SSE-KMS (`aws:kms`, `aws:kms:dsse`)
+/// nor SSE-C. The same bytes get other ETags otherwise. Pure.
+pub fn etag_is_md5(etag: &str, server_side_encryption: Option<&str>, sse_c: bool) -> bool {
+    let etag = etag.trim_matches('"');
+    let kms = server_side_encryption.is_some_and(|sse| sse.starts_with("aws:kms"));
+    etag.len() == 32 && etag.bytes().all(|b| b.is_ascii_hexdigit()) && !kms && !sse_c
+}
+
 /// What a copy source's key keeps unencoded: RFC 3986's unreserved
 /// characters and the `/` between a key's parts.
 const COPY_SOURCE_KEY: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
@@ -138,6 +148,11 @@ impl ObjectClient for S3Objects {
                 .metadata()
                 .and_then(|m| m.get(crate::fingerprint::DECLARED_SHA256_METADATA))
                 .cloned(),
+            etag_md5: etag_is_md5(
+                output.e_tag().unwrap_or_default(),
+                output.server_side_encryption().map(|s| s.as_str()),
+                output.sse_customer_algorithm().is_some(),
+            ),
         }))
     }
 
@@ -399,5 +414,22 @@ impl ObjectClient for S3Objects {
                 ErrorKind::Other,
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::etag_is_md5;
+
+    #[test]
+    fn an_etag_is_an_md5_only_for_a_single_part_upload_without_kms_or_sse_c() {
+        let md5 = "\"9e107d9d372bb6826bd81d3542a419d6\"";
+        assert!(etag_is_md5(md5, None, false));
+        assert!(etag_is_md5(md5, Some("AES256"), false));
+        assert!(!etag_is_md5(md5, Some("aws:kms"), false));
+        assert!(!etag_is_md5(md5, Some("aws:kms:dsse"), false));
+        assert!(!etag_is_md5(md5, Some("AES256"), true));
+        assert!(!etag_is_md5("\"9e107d9d372bb6826bd81d3542a419d6-3\"", None, false));
+        assert!(!etag_is_md5("", None, false));
     }
 }
