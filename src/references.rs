@@ -571,7 +571,10 @@ mod tests {
             hashed(md5("a"), "s").same_as(&multipart("b-2", Some("s"))),
             Some(true)
         );
-        assert_eq!(hashed(md5("a"), "s").same_as(&hashed(md5("a"), "t")), Some(false));
+        assert_eq!(
+            hashed(md5("a"), "s").same_as(&hashed(md5("a"), "t")),
+            Some(false)
+        );
     }
 
     #[test]

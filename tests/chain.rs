@@ -230,7 +230,10 @@ async fn an_audio_only_upload_fails_the_poster_and_its_chain_for_good() {
         "{jobs:?}"
     );
     // The input's fault, not the function's: acknowledged.
-    assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
 }
 
 #[tokio::test]

@@ -323,11 +323,21 @@ async fn a_null_delete_marker_releases_the_version_it_removed() {
     assert_eq!(outcomes(&w.upload("b.bin").await), [Outcome::Reused]);
     w.objects.delete_suspended("in", "a.bin");
     let report = w.event("ObjectRemoved:DeleteMarkerCreated", "a.bin").await;
-    assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
-    assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))), "b.bin's");
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
+    assert_eq!(
+        w.status().await,
+        Some((JobStatus::Done, Some(1))),
+        "b.bin's"
+    );
     w.objects.delete_suspended("in", "b.bin");
     let report = w.event("ObjectRemoved:DeleteMarkerCreated", "b.bin").await;
-    assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
     assert_eq!(w.status().await, None);
     assert!(w.outputs().is_empty());
 }
@@ -355,7 +365,11 @@ async fn the_same_bytes_with_another_etag_keep_their_chained_jobs() {
         assert!(stale.response().batch_item_failures.is_empty(), "{stale:?}");
         for job in &jobs {
             let row = w.app.ledger.get(job).await.unwrap();
-            assert_eq!(row.map(|r| r.status), Some(JobStatus::Done), "sha256 {sha256}: {job}");
+            assert_eq!(
+                row.map(|r| r.status),
+                Some(JobStatus::Done),
+                "sha256 {sha256}: {job}"
+            );
         }
         let again = w.event("ObjectCreated:Put", "a.bin").await;
         let chained = again.jobs().last().unwrap();
@@ -379,7 +393,10 @@ async fn other_bytes_proven_by_md5_etags_release_the_old_jobs() {
     let jobs: Vec<String> = first.jobs().map(|j| j.job_key.clone()).collect();
     w.objects.insert("in", "a.bin", b"other bytes", false);
     let report = w.event("ObjectCreated:Put", "a.bin").await;
-    assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
     assert_eq!(w.app.ledger.get(&jobs[0]).await.unwrap(), None, "collected");
 }
 

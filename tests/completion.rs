@@ -144,13 +144,20 @@ async fn every_upload_hears_of_its_outputs_once_each_delivery_with_one_id() {
     let error = &job(event, "thumbs")["error"];
     assert_eq!(error["class"], "permanent", "{event:#}");
     assert!(!error["message"].as_str().unwrap().is_empty(), "{event:#}");
-    assert_eq!(job(event, "thumbs")["outcome"], "unprocessable", "{event:#}");
+    assert_eq!(
+        job(event, "thumbs")["outcome"],
+        "unprocessable",
+        "{event:#}"
+    );
     // S3's duplicate of that notification: no run, acknowledged, and told
     // with the same event id (the application deduplicates on it).
     let again = p.send_raw(bad[0].body.as_deref().unwrap()).await;
     let report = p.handle(vec![again]).await;
     assert_eq!(report.count(Outcome::Unprocessable), 1, "{report:?}");
-    assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
     let repeated = &events(&p, &app_queue, 1).await[0];
     assert_eq!(repeated["detail"]["eventId"], event["detail"]["eventId"]);
 }

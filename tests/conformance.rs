@@ -391,7 +391,12 @@ async fn abandoned_contract(table: &impl LedgerTable) {
     );
     let kept = table.get("gone-failed").await.unwrap().unwrap();
     assert_eq!(
-        (kept.status, kept.collected_from, kept.failures, kept.lease_until_ms),
+        (
+            kept.status,
+            kept.collected_from,
+            kept.failures,
+            kept.lease_until_ms
+        ),
         (JobStatus::Failed, None, 1, 601)
     );
 }
@@ -638,7 +643,11 @@ async fn collection_contract(table: &impl LedgerTable) {
         panic!("a marked done row is due");
     };
     assert_eq!(
-        (begun.status, begun.free_mark.as_deref(), begun.collected_from),
+        (
+            begun.status,
+            begun.free_mark.as_deref(),
+            begun.collected_from
+        ),
         (JobStatus::Collecting, Some("n1"), Some(JobStatus::Done))
     );
     // A release marks it again meanwhile: the collector's clear of n1 is

@@ -528,7 +528,10 @@ async fn the_same_bytes_under_two_keys_give_byte_identical_outputs() {
         recipes: Some(r#"[{"step":"probe","version":1,"params":{"verify":true}}]"#.into()),
         ..Options::default()
     };
-    let (first, second) = (Pipeline::new(options()).await, Pipeline::new(options()).await);
+    let (first, second) = (
+        Pipeline::new(options()).await,
+        Pipeline::new(options()).await,
+    );
     first.put("alice/holiday.png", PNG_3X2, true).await;
     second.put("bob/copy of it.png", PNG_3X2, false).await;
     let mut files = Vec::new();
@@ -536,7 +539,10 @@ async fn the_same_bytes_under_two_keys_give_byte_identical_outputs() {
         let report = p.handle(p.receive(1).await).await;
         assert_eq!(outcomes(&report), vec![Outcome::Ran], "{report:?}");
         let key = report.jobs().next().unwrap().job_key.clone();
-        files.push((key.clone(), p.output(&format!("derived/{key}/probe.json")).await));
+        files.push((
+            key.clone(),
+            p.output(&format!("derived/{key}/probe.json")).await,
+        ));
     }
     assert_eq!(files[0].0, files[1].0, "one job key for the same bytes");
     assert_eq!(
@@ -544,7 +550,12 @@ async fn the_same_bytes_under_two_keys_give_byte_identical_outputs() {
         String::from_utf8_lossy(&files[1].1)
     );
     let text = String::from_utf8_lossy(&files[0].1);
-    for upload in ["alice", "bob", first.bucket.as_str(), second.bucket.as_str()] {
+    for upload in [
+        "alice",
+        "bob",
+        first.bucket.as_str(),
+        second.bucket.as_str(),
+    ] {
         assert!(!text.contains(upload), "{upload} in {text}");
     }
 }

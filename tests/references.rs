@@ -777,25 +777,30 @@ async fn a_suspended_buckets_delete_releases_the_null_version_and_a_late_create_
     assert_eq!(p.refs(&key).await, 1);
 
     delete(&p, "a.bin", None).await;
-    let listed = p
-        .s3
-        .list_object_versions()
-        .bucket(&p.bucket)
-        .prefix("a.bin")
-        .send()
-        .await
-        .unwrap();
-    assert!(listed.versions().is_empty(), "the null version is gone for good");
+    let listed =
+        p.s3.list_object_versions()
+            .bucket(&p.bucket)
+            .prefix("a.bin")
+            .send()
+            .await
+            .unwrap();
+    assert!(
+        listed.versions().is_empty(),
+        "the null version is gone for good"
+    );
     assert_eq!(listed.delete_markers().len(), 1);
     let marker = p.receive(1).await;
     let body: Value = serde_json::from_str(marker[0].body.as_deref().unwrap()).unwrap();
     assert_eq!(
-        body["Records"][0]["eventName"],
-        "ObjectRemoved:DeleteMarkerCreated",
+        body["Records"][0]["eventName"], "ObjectRemoved:DeleteMarkerCreated",
         "{body}"
     );
     handle_ok(&p, marker).await;
-    assert_eq!(p.refs(&key).await, 0, "the removed null version is released");
+    assert_eq!(
+        p.refs(&key).await,
+        0,
+        "the removed null version is released"
+    );
     let row = p.row(&key).await.expect("kept for the grace");
     assert!(row.free_mark.is_some(), "marked for the sweep: {row:?}");
 

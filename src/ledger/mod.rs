@@ -243,7 +243,10 @@ pub enum Finish<'a> {
     /// otherwise until `mediaonce retry` of the chunk, and its waiting
     /// versions' messages go on to the dead-letter queue, as a poisoned
     /// job's do, rather than being told their input is unprocessable.
-    Spent { error: &'a str, failures: u64 },
+    Spent {
+        error: &'a str,
+        failures: u64,
+    },
 }
 
 /// Runs started (first run plus takeovers) after which a job whose lease
@@ -1009,8 +1012,11 @@ impl Ledger {
                 other => return Ok(other),
             }
         }
-        self.retrying(|| self.call().keep_collected(job_key, owner, back, None, now_ms))
-            .await
+        self.retrying(|| {
+            self.call()
+                .keep_collected(job_key, owner, back, None, now_ms)
+        })
+        .await
     }
 
     /// Records that a collection begins deleting the job's outputs.

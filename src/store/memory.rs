@@ -75,7 +75,14 @@ impl InMemoryObjects {
         self.store(bucket, key, bytes, sha256, true)
     }
 
-    fn store(&self, bucket: &str, key: &str, bytes: &[u8], sha256: bool, multipart: bool) -> String {
+    fn store(
+        &self,
+        bucket: &str,
+        key: &str,
+        bytes: &[u8],
+        sha256: bool,
+        multipart: bool,
+    ) -> String {
         lock(&self.null_markers).remove(&(bucket.to_string(), key.to_string()));
         let stored = Stored {
             bytes: bytes.to_vec(),

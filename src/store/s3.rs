@@ -429,7 +429,11 @@ mod tests {
         assert!(!etag_is_md5(md5, Some("aws:kms"), false));
         assert!(!etag_is_md5(md5, Some("aws:kms:dsse"), false));
         assert!(!etag_is_md5(md5, Some("AES256"), true));
-        assert!(!etag_is_md5("\"9e107d9d372bb6826bd81d3542a419d6-3\"", None, false));
+        assert!(!etag_is_md5(
+            "\"9e107d9d372bb6826bd81d3542a419d6-3\"",
+            None,
+            false
+        ));
         assert!(!etag_is_md5("", None, false));
     }
 }
