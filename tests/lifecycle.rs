@@ -948,7 +948,7 @@ async fn lifecycle(mode: Mode) {
     };
     if mode == Mode::Suspended {
         soak.p.enable_versioning().await;
-        suspend_versioning(&soak.p).await;
+        soak.p.suspend_versioning().await;
     }
     if versioned {
         // Objects from before versioning: their null versions.
@@ -1184,19 +1184,4 @@ async fn lifecycle_soak_releasing_on_delete_markers() {
 #[tokio::test]
 async fn lifecycle_soak_suspended() {
     lifecycle(Mode::Suspended).await;
-}
-
-/// Suspends versioning on the pipeline's bucket.
-async fn suspend_versioning(p: &Pipeline) {
-    use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
-    p.s3.put_bucket_versioning()
-        .bucket(&p.bucket)
-        .versioning_configuration(
-            VersioningConfiguration::builder()
-                .status(BucketVersioningStatus::Suspended)
-                .build(),
-        )
-        .send()
-        .await
-        .expect("suspend versioning");
 }

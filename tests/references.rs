@@ -742,23 +742,6 @@ async fn rebuild_of_a_null_version_under_a_newer_one(s3_checksums: bool) {
     assert_eq!(row.job_keys, [old].into(), "{row:?}");
 }
 
-/// Suspends versioning on the pipeline's bucket: new objects are `null`
-/// versions, and a DELETE removes the null version for good and puts a
-/// null delete marker.
-async fn suspend_versioning(p: &Pipeline) {
-    use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
-    p.s3.put_bucket_versioning()
-        .bucket(&p.bucket)
-        .versioning_configuration(
-            VersioningConfiguration::builder()
-                .status(BucketVersioningStatus::Suspended)
-                .build(),
-        )
-        .send()
-        .await
-        .expect("suspend versioning");
-}
-
 /// Issue 37, defects 4 and 5, on LocalStack: in a versioning-suspended
 /// bucket a DELETE removes the null version and puts a null marker
 /// (`ObjectRemoved:DeleteMarkerCreated`). That version is gone, so its
@@ -770,7 +753,7 @@ async fn suspend_versioning(p: &Pipeline) {
 #[tokio::test]
 async fn a_suspended_buckets_delete_releases_the_null_version_and_a_late_create_is_skipped() {
     let p = pipeline(true, Vec::new()).await;
-    suspend_versioning(&p).await;
+    p.suspend_versioning().await;
     let key = key_of(&p, BYTES);
     p.put("a.bin", BYTES, true).await;
     handle_ok(&p, p.receive(1).await).await;

@@ -300,6 +300,13 @@ impl Pipeline {
         enable_versioning(&self.s3, &self.bucket).await;
     }
 
+    /// Suspends versioning on the bucket: every put is then the key's
+    /// null version, and a plain DELETE removes it for good and puts a
+    /// null delete marker.
+    pub async fn suspend_versioning(&self) {
+        set_versioning(&self.s3, &self.bucket, BucketVersioningStatus::Suspended).await;
+    }
+
     /// Uploads an object; with `sha256`, S3 stores its full-object SHA-256.
     pub async fn put(
         &self,
@@ -508,16 +515,16 @@ pub fn claim_request(
 
 /// A ledger on a new, empty DynamoDB table.
 async fn enable_versioning(s3: &aws_sdk_s3::Client, bucket: &str) {
+    set_versioning(s3, bucket, BucketVersioningStatus::Enabled).await;
+}
+
+async fn set_versioning(s3: &aws_sdk_s3::Client, bucket: &str, status: BucketVersioningStatus) {
     s3.put_bucket_versioning()
         .bucket(bucket)
-        .versioning_configuration(
-            VersioningConfiguration::builder()
-                .status(BucketVersioningStatus::Enabled)
-                .build(),
-        )
+        .versioning_configuration(VersioningConfiguration::builder().status(status).build())
         .send()
         .await
-        .expect("enable versioning");
+        .expect("set the bucket's versioning");
 }
 
 pub async fn fresh_ledger() -> Ledger {
