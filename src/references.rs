@@ -48,6 +48,10 @@ pub mod attr {
     /// BOOL: the row's ETag is the MD5 of its bytes (a single-part upload,
     /// not under SSE-KMS or SSE-C): another such ETag proves other bytes.
     pub const ETAG_MD5: &str = "etag_md5";
+    /// S: the CRC64NVME (base64) S3 stored for the bytes (it adds one to
+    /// every upload that carries no other checksum): another proves other
+    /// bytes, the same proves nothing.
+    pub const CRC64NVME: &str = "crc64nvme";
     /// N: bumped by every change; a change is conditioned on the one read.
     pub const GEN: &str = "gen";
     /// BOOL: the version was deleted (a tombstone).
@@ -182,6 +186,8 @@ pub struct VersionRefs {
     pub sha256: Option<String>,
     /// The ETag is their MD5 ([`BytesId::etag_md5`]).
     pub etag_md5: bool,
+    /// Their CRC64NVME ([`BytesId::crc64nvme`]).
+    pub crc64nvme: Option<String>,
     pub gen: u64,
     pub deleted: bool,
     /// Its jobs have reference items (false on a row written before them).
@@ -233,15 +239,24 @@ pub struct BytesId {
     /// The ETag is the MD5 of the bytes: a single-part upload, not under
     /// SSE-KMS or SSE-C (S3 documents these as the ETags that are).
     pub etag_md5: bool,
+    /// The full-object CRC64NVME S3 stored (base64): S3 adds one to every
+    /// upload that carries no other checksum, multipart and encrypted ones
+    /// included. Two that differ prove other bytes; equal ones prove
+    /// nothing (a CRC is not collision-resistant).
+    pub crc64nvme: Option<String>,
 }
 
 impl BytesId {
     /// Whether these are the same bytes as `other`: `Some` when something
     /// proves it either way, `None` when nothing does (two ETags that
-    /// differ, one of them not an MD5, and no SHA-256 on both sides). Pure.
+    /// differ, one of them not an MD5, no SHA-256 and no CRC64NVME on both
+    /// sides). Pure.
     pub fn same_as(&self, other: &BytesId) -> Option<bool> {
         if let (Some(mine), Some(theirs)) = (&self.sha256, &other.sha256) {
             return Some(mine == theirs);
+        }
+        if matches!((&self.crc64nvme, &other.crc64nvme), (Some(a), Some(b)) if a != b) {
+            return Some(false);
         }
         if self.etag == other.etag {
             return Some(true);
@@ -257,6 +272,7 @@ impl VersionRefs {
             etag: etag.clone(),
             sha256: self.sha256.clone(),
             etag_md5: self.etag_md5,
+            crc64nvme: self.crc64nvme.clone(),
         })
     }
 }
@@ -356,6 +372,11 @@ pub fn reconcile(
                     .clone()
                     .or_else(|| held.sha256.clone())
                     .or_else(|| known(same_row)),
+                crc64nvme: keyed
+                    .bytes
+                    .crc64nvme
+                    .clone()
+                    .or_else(|| held.crc64nvme.clone()),
                 ..keyed.bytes.clone()
             };
             (
@@ -364,6 +385,7 @@ pub fn reconcile(
                     etag: Some(bytes.etag),
                     sha256: bytes.sha256,
                     etag_md5: bytes.etag_md5,
+                    crc64nvme: bytes.crc64nvme,
                     ..VersionRefs::default()
                 },
                 None,
@@ -409,6 +431,7 @@ pub fn reconcile(
         && next.etag == row.etag
         && next.sha256 == row.sha256
         && next.etag_md5 == row.etag_md5
+        && next.crc64nvme == row.crc64nvme
         && next.deleted == row.deleted;
     let change = (!unchanged || version.is_unversioned()).then(|| RefChange {
         seen_gen: current.map(|r| r.gen),
@@ -453,6 +476,7 @@ mod tests {
             etag: etag.into(),
             sha256: None,
             etag_md5: true,
+            crc64nvme: None,
         }
     }
 
@@ -462,6 +486,7 @@ mod tests {
             etag: Some(etag.into()),
             sha256: None,
             etag_md5: true,
+            crc64nvme: None,
             gen,
             deleted: false,
             ref_items: true,
@@ -557,6 +582,7 @@ mod tests {
             etag: etag.into(),
             sha256: sha256.map(str::to_string),
             etag_md5: false,
+            crc64nvme: None,
         };
         assert_eq!(md5("a").same_as(&md5("a")), Some(true));
         assert_eq!(md5("a").same_as(&md5("b")), Some(false));
@@ -575,6 +601,17 @@ mod tests {
             hashed(md5("a"), "s").same_as(&hashed(md5("a"), "t")),
             Some(false)
         );
+        // S3's CRC64NVMEs: other ones prove other bytes, equal ones nothing.
+        let crc = |id: BytesId, crc: &str| BytesId {
+            crc64nvme: Some(crc.into()),
+            ..id
+        };
+        let (a, b) = (multipart("a-2", None), multipart("b-3", None));
+        assert_eq!(
+            crc(a.clone(), "c1").same_as(&crc(b.clone(), "c2")),
+            Some(false)
+        );
+        assert_eq!(crc(a, "c1").same_as(&crc(b, "c1")), None);
     }
 
     #[test]
@@ -584,6 +621,7 @@ mod tests {
             etag: "m-2".into(),
             sha256: None,
             etag_md5: false,
+            crc64nvme: None,
         };
         let now = row(&["J1", "C"], "e", 2);
         let hint = Keyed {

@@ -190,15 +190,17 @@ impl BatchReport {
     /// by outcome, then one line per job (key prefix, step, outcome,
     /// duration, message), and each unusable message.
     pub fn summary(&self) -> String {
-        const OUTCOMES: [Outcome; 8] = [
+        const OUTCOMES: [Outcome; 10] = [
             Outcome::Ran,
             Outcome::Reused,
             Outcome::Busy,
             Outcome::Failed,
             Outcome::Skipped,
             Outcome::Poisoned,
+            Outcome::Unprocessable,
             Outcome::Deferred,
             Outcome::HandedOn,
+            Outcome::Waiting,
         ];
         let by_outcome: Vec<String> = OUTCOMES
             .iter()

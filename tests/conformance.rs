@@ -412,6 +412,7 @@ fn created(
         etag: etag.into(),
         sha256: Some(format!("{etag:0>64}")),
         etag_md5: true,
+        crc64nvme: Some(format!("crc-{etag}")),
     };
     let keyed = references::Keyed {
         bytes: bytes.clone(),

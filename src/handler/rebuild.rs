@@ -182,9 +182,19 @@ impl App {
                             "the job is {} (it changed while the rebuild referenced it)",
                             row.status.as_str()
                         ),
-                        None => "the job was collected while the rebuild referenced it: \
-                                 referenced all the same, it runs again on the next event"
-                            .into(),
+                        None => format!(
+                            "the job was collected while the rebuild referenced it: \
+                             referenced all the same; `mediaonce reprocess s3://{}/{}{}` runs \
+                             it again (the version's own event may never come: that is why \
+                             one rebuilds)",
+                            version.bucket,
+                            version.key,
+                            version
+                                .version_id
+                                .as_deref()
+                                .map(|id| format!(" --version-id {id}"))
+                                .unwrap_or_default()
+                        ),
                     },
                 }),
                 Err(err) => {

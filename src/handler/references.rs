@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::App;
-use crate::fingerprint::{s3_checksum, Fingerprint, ObjectHead};
+use crate::fingerprint::{s3_checksum, Fingerprint, FingerprintSource, ObjectHead};
 use crate::ledger::RefWrite;
 use crate::references::{reconcile, BytesId, Keyed, Seen, VersionName, VersionRefs};
 use crate::store::{KeyEntry, ObjectRef};
@@ -217,14 +217,23 @@ async fn seen_now(app: &App, version: &VersionName) -> Result<Seen, String> {
 /// MD5, and their SHA-256 when the job was keyed by one (`keyed`: a
 /// content hash S3 or mediaonce computed) or S3 stored a full-object one.
 pub(super) fn bytes_of(head: &ObjectHead, keyed: Option<&Fingerprint>) -> BytesId {
+    // A cached hash is not proof enough to release by: a cache row
+    // disproved later is forgotten, and must not have released the jobs of
+    // bytes whose ETag matched all along.
     let sha256 = keyed
-        .filter(|fingerprint| fingerprint.source.is_content())
+        .filter(|fingerprint| {
+            matches!(
+                fingerprint.source,
+                FingerprintSource::S3Checksum | FingerprintSource::Computed
+            )
+        })
         .map(|fingerprint| fingerprint.input_hash.clone())
         .or_else(|| s3_checksum(head).map(|fingerprint| fingerprint.input_hash));
     BytesId {
         etag: head.etag.clone(),
         sha256,
         etag_md5: head.etag_md5,
+        crc64nvme: head.checksum_crc64nvme.clone(),
     }
 }
 

@@ -343,6 +343,9 @@ impl LedgerTable for DynamoDbTable {
             .expression_attribute_names("#status", attr::STATUS)
             .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
             .expression_attribute_names("#error", attr::ERROR)
+            // Removed by every finish: a stale one (left by a takeover of
+            // code from before it) must not be read by a later collection.
+            .expression_attribute_names("#collected_from", attr::COLLECTED_FROM)
             .expression_attribute_values(":me", s(&claim.owner))
             .expression_attribute_values(":running", s(JobStatus::Running.as_str()))
             .expression_attribute_values(":now", n(now_ms))
@@ -353,7 +356,7 @@ impl LedgerTable for DynamoDbTable {
             Finish::Done => update
                 .update_expression(
                     "SET #status = :status, #updated = :now, #released = :now, #mark = :me \
-                     REMOVE #error",
+                     REMOVE #error, #collected_from",
                 )
                 .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
                 .expression_attribute_names("#mark", ref_attr::FREE_MARK)
@@ -369,17 +372,19 @@ impl LedgerTable for DynamoDbTable {
                                #failures = if_not_exists(#failures, :zero) + :one";
                 if permanent {
                     update
-                        .update_expression(format!("{counted}, #permanent = :true"))
+                        .update_expression(format!(
+                            "{counted}, #permanent = :true REMOVE #collected_from"
+                        ))
                         .expression_attribute_names("#permanent", attr::PERMANENT)
                         .expression_attribute_values(":true", AttributeValue::Bool(true))
                 } else {
-                    update.update_expression(counted)
+                    update.update_expression(format!("{counted} REMOVE #collected_from"))
                 }
             }
             Finish::Spent { error, failures } => update
                 .update_expression(
                     "SET #status = :status, #updated = :now, #error = :error, \
-                     #failures = :failures",
+                     #failures = :failures REMOVE #collected_from",
                 )
                 .expression_attribute_names("#failures", attr::FAILURES)
                 .expression_attribute_values(":status", s(JobStatus::Failed.as_str()))

@@ -263,6 +263,11 @@ pub(super) fn version_refs_from_item(item: &Item) -> Result<VersionRefs, String>
         Some(AttributeValue::S(text)) => Some(text.clone()),
         Some(_) => return Err(format!("attribute {} is not a string", ref_attr::SHA256)),
     };
+    let crc64nvme = match item.get(ref_attr::CRC64NVME) {
+        None => None,
+        Some(AttributeValue::S(text)) => Some(text.clone()),
+        Some(_) => return Err(format!("attribute {} is not a string", ref_attr::CRC64NVME)),
+    };
     let etag_md5 = matches!(
         item.get(ref_attr::ETAG_MD5),
         Some(AttributeValue::Bool(true))
@@ -272,6 +277,7 @@ pub(super) fn version_refs_from_item(item: &Item) -> Result<VersionRefs, String>
         etag,
         sha256,
         etag_md5,
+        crc64nvme,
         gen,
         deleted,
         ref_items,
@@ -309,6 +315,7 @@ pub(super) fn version_update(
         .expression_attribute_names("#etag", ref_attr::ETAG)
         .expression_attribute_names("#sha256", ref_attr::SHA256)
         .expression_attribute_names("#etag_md5", ref_attr::ETAG_MD5)
+        .expression_attribute_names("#crc64nvme", ref_attr::CRC64NVME)
         .expression_attribute_names("#ref_items", ref_attr::REF_ITEMS)
         .expression_attribute_values(":true", AttributeValue::Bool(true))
         .expression_attribute_values(":bucket", s(&version.bucket))
@@ -344,6 +351,13 @@ pub(super) fn version_update(
             update = update.expression_attribute_values(":sha256", s(sha256));
         }
         None => remove.push("#sha256"),
+    }
+    match &next.crc64nvme {
+        Some(crc) => {
+            set.push("#crc64nvme = :crc64nvme");
+            update = update.expression_attribute_values(":crc64nvme", s(crc));
+        }
+        None => remove.push("#crc64nvme"),
     }
     if next.etag_md5 {
         set.push("#etag_md5 = :true");

@@ -140,6 +140,7 @@ impl LedgerTable for InMemoryTable {
             return Ok(Conditional::Rejected(Some(row.clone())));
         }
         row.updated_at_ms = now_ms;
+        row.collected_from = None;
         match finish {
             Finish::Done => {
                 row.status = JobStatus::Done;

@@ -364,6 +364,7 @@ fn adding(job_key: &str) -> crate::references::RefChange {
             etag: Some("e".into()),
             sha256: None,
             etag_md5: true,
+            crc64nvme: None,
             gen: 1,
             deleted: false,
             ref_items: true,

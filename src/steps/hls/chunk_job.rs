@@ -157,7 +157,10 @@ impl Step for HlsChunk {
             .find(|s| s.index == params.index)
             .filter(|s| s.start_ms == params.start_ms && s.end_ms == params.end_ms)
             .ok_or_else(|| {
-                StepError::Unprocessable(format!(
+                // Not the input's fault: a plan that changed under a split
+                // in flight (a deploy). Retried, then poisoned, never told
+                // to the upload as unprocessable.
+                StepError::Failed(format!(
                     "chunk {} ({} to {:?} ms) is not a span of this input's plan ({} spans)",
                     params.index,
                     params.start_ms,

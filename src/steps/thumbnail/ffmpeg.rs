@@ -72,6 +72,13 @@ pub async fn run(
     };
     let status =
         status.map_err(|e| Failure::Step(StepError::Failed(format!("waiting for ffmpeg: {e}"))))?;
+    // Killed by a signal (out of memory, the sandbox ending): not the
+    // input's fault, retried; an input ffmpeg refuses exits with a code.
+    if status.code().is_none() {
+        return Err(Failure::Step(StepError::Failed(format!(
+            "ffmpeg was killed ({status}); the job is retried"
+        ))));
+    }
     if !status.success() || output.len() != expected {
         let lines: Vec<&str> = errors.lines().rev().take(3).collect();
         let tail = lines.into_iter().rev().collect::<Vec<_>>().join(" | ");
