@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::App;
-use crate::fingerprint::{s3_checksum, Fingerprint, FingerprintSource, ObjectHead};
+use crate::fingerprint::{s3_checksum, Fingerprint, ObjectHead};
 use crate::ledger::RefWrite;
 use crate::references::{reconcile, BytesId, Keyed, Seen, VersionName, VersionRefs};
 use crate::store::{KeyEntry, ObjectRef};
@@ -217,16 +217,15 @@ async fn seen_now(app: &App, version: &VersionName) -> Result<Seen, String> {
 /// MD5, and their SHA-256 when the job was keyed by one (`keyed`: a
 /// content hash S3 or mediaonce computed) or S3 stored a full-object one.
 pub(super) fn bytes_of(head: &ObjectHead, keyed: Option<&Fingerprint>) -> BytesId {
-    // A cached hash is not proof enough to release by: a cache row
-    // disproved later is forgotten, and must not have released the jobs of
-    // bytes whose ETag matched all along.
+    // A cached hash counts: mediaonce computed it from this very version
+    // (its row names the version id, ETag, size and CRC64NVME), and a
+    // redelivery whose hash comes from the cache must record what the
+    // first delivery would have (the soak found rows left without a proof,
+    // and the jobs of bytes since overwritten kept, when it did not). It
+    // is wrong only where the cache is (DESIGN, "Content identity": an
+    // MD5 and CRC64 collision of an unversioned overwrite).
     let sha256 = keyed
-        .filter(|fingerprint| {
-            matches!(
-                fingerprint.source,
-                FingerprintSource::S3Checksum | FingerprintSource::Computed
-            )
-        })
+        .filter(|fingerprint| fingerprint.source.is_content())
         .map(|fingerprint| fingerprint.input_hash.clone())
         .or_else(|| s3_checksum(head).map(|fingerprint| fingerprint.input_hash));
     BytesId {
