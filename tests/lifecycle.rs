@@ -903,6 +903,12 @@ async fn lifecycle(mode: Mode) {
             // The bytes of a re-upload in parts are keyed by the SHA-256
             // the worker computes, as every other upload's is by S3's.
             (ENV_IDENTITY, "content".into()),
+            // Failures injected at random must not spend a job's cap: a
+            // poisoned row is kept on purpose (it stops a re-upload of its
+            // bytes from running again), and a live version's message
+            // would be dead-lettered. Seed 12 at 1,000 operations poisoned
+            // one with the default 3 (three transient failures in a row).
+            ("MEDIAONCE_MAX_ATTEMPTS", "10".into()),
             (
                 ENV_RELEASE_ON_DELETE_MARKER,
                 (mode == Mode::ReleasingOnMarkers).to_string(),
