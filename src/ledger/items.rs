@@ -249,25 +249,19 @@ pub(super) fn version_refs_from_item(item: &Item) -> Result<VersionRefs, String>
         item.get(ref_attr::DELETED),
         Some(AttributeValue::Bool(true))
     );
-    let etag = match item.get(ref_attr::ETAG) {
-        None => None,
-        Some(AttributeValue::S(text)) => Some(text.clone()),
-        Some(_) => return Err(format!("attribute {} is not a string", ref_attr::ETAG)),
+    // An optional string attribute: absent is `None`, another type an error.
+    let optional = |name: &str| match item.get(name) {
+        None => Ok(None),
+        Some(AttributeValue::S(text)) => Ok(Some(text.clone())),
+        Some(_) => Err(format!("attribute {name} is not a string")),
     };
+    let etag = optional(ref_attr::ETAG)?;
     let ref_items = matches!(
         item.get(ref_attr::REF_ITEMS),
         Some(AttributeValue::Bool(true))
     );
-    let sha256 = match item.get(ref_attr::SHA256) {
-        None => None,
-        Some(AttributeValue::S(text)) => Some(text.clone()),
-        Some(_) => return Err(format!("attribute {} is not a string", ref_attr::SHA256)),
-    };
-    let crc64nvme = match item.get(ref_attr::CRC64NVME) {
-        None => None,
-        Some(AttributeValue::S(text)) => Some(text.clone()),
-        Some(_) => return Err(format!("attribute {} is not a string", ref_attr::CRC64NVME)),
-    };
+    let sha256 = optional(ref_attr::SHA256)?;
+    let crc64nvme = optional(ref_attr::CRC64NVME)?;
     let etag_md5 = matches!(
         item.get(ref_attr::ETAG_MD5),
         Some(AttributeValue::Bool(true))
@@ -338,26 +332,24 @@ pub(super) fn version_update(
     }
     // Written before issue 24; never read now.
     remove.push("#sequencer");
-    match &next.etag {
-        Some(etag) => {
-            set.push("#etag = :etag");
-            update = update.expression_attribute_values(":etag", s(etag));
+    // What names the row's bytes: each set when known, removed when not.
+    for (name, set_it, value, known) in [
+        ("#etag", "#etag = :etag", ":etag", &next.etag),
+        ("#sha256", "#sha256 = :sha256", ":sha256", &next.sha256),
+        (
+            "#crc64nvme",
+            "#crc64nvme = :crc64nvme",
+            ":crc64nvme",
+            &next.crc64nvme,
+        ),
+    ] {
+        match known {
+            Some(text) => {
+                set.push(set_it);
+                update = update.expression_attribute_values(value, s(text));
+            }
+            None => remove.push(name),
         }
-        None => remove.push("#etag"),
-    }
-    match &next.sha256 {
-        Some(sha256) => {
-            set.push("#sha256 = :sha256");
-            update = update.expression_attribute_values(":sha256", s(sha256));
-        }
-        None => remove.push("#sha256"),
-    }
-    match &next.crc64nvme {
-        Some(crc) => {
-            set.push("#crc64nvme = :crc64nvme");
-            update = update.expression_attribute_values(":crc64nvme", s(crc));
-        }
-        None => remove.push("#crc64nvme"),
     }
     if next.etag_md5 {
         set.push("#etag_md5 = :true");
