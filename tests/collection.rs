@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use common::{Options, Pipeline};
-use mediaonce::config::{Config, ENV_GC_GRACE_SECS};
+use mediaonce::config::{Config, ENV_GC_GRACE_SECS, ENV_IDENTITY, ENV_RECIPES};
 use mediaonce::faults::{Call, FaultPlan};
 use mediaonce::handler::collect::{Collected, Sweep};
 use mediaonce::handler::{
@@ -62,7 +62,7 @@ fn world(grace_secs: u64) -> World {
 /// A world whose ledger holds the first `held` call until the test lets it
 /// go.
 fn world_holding(grace_secs: u64, held: Option<(Call, usize)>) -> (World, Option<Arc<Pause>>) {
-    world_of(grace_secs, held, None)
+    world_of(grace_secs, held, &[])
 }
 
 /// A probe, and a probe of its `probe.json` chained to it.
@@ -70,21 +70,23 @@ const CHAINED: &str = r#"[{"name":"probe","step":"probe","version":1,"params":{}
     {"name":"probe-of-probe","step":"probe","version":1,"params":{},
      "input":{"recipe":"probe","file":"probe.json"}}]"#;
 
+/// A world whose configuration also has `vars`.
 fn world_of(
     grace_secs: u64,
     held: Option<(Call, usize)>,
-    recipes: Option<&str>,
+    vars: &[(&str, &str)],
 ) -> (World, Option<Arc<Pause>>) {
     let steps = StepRegistry::builtin();
-    let mut vars = HashMap::from([
-        ("MEDIAONCE_TABLE", "jobs".to_string()),
-        ("MEDIAONCE_OUTPUT_BUCKET", "out".to_string()),
-        (ENV_GC_GRACE_SECS, grace_secs.to_string()),
-    ]);
-    if let Some(recipes) = recipes {
-        vars.insert("MEDIAONCE_RECIPES", recipes.to_string());
-    }
-    let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps).unwrap();
+    let grace = grace_secs.to_string();
+    let vars: HashMap<&str, &str> = [
+        ("MEDIAONCE_TABLE", "jobs"),
+        ("MEDIAONCE_OUTPUT_BUCKET", "out"),
+        (ENV_GC_GRACE_SECS, grace.as_str()),
+    ]
+    .into_iter()
+    .chain(vars.iter().copied())
+    .collect();
+    let config = Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
     let objects = InMemoryObjects::new();
     let faults = Arc::new(FaultPlan::new());
     let clock = TestClock(Arc::new(AtomicU64::new(1_000_000)));
@@ -352,7 +354,7 @@ async fn a_null_delete_marker_releases_the_version_it_removed() {
 #[tokio::test]
 async fn the_same_bytes_with_another_etag_keep_their_chained_jobs() {
     for sha256 in [true, false] {
-        let w = world_of(0, None, Some(CHAINED)).0;
+        let w = world_of(0, None, &[(ENV_RECIPES, CHAINED)]).0;
         w.objects.insert("in", "a.bin", BYTES, sha256);
         let first = w.event("ObjectCreated:Put", "a.bin").await;
         assert_eq!(outcomes(&first), [Outcome::Ran, Outcome::Ran], "{first:?}");
@@ -387,7 +389,7 @@ async fn the_same_bytes_with_another_etag_keep_their_chained_jobs() {
 /// still release the old bytes' jobs at once.
 #[tokio::test]
 async fn other_bytes_proven_by_md5_etags_release_the_old_jobs() {
-    let w = world_of(0, None, Some(CHAINED)).0;
+    let w = world_of(0, None, &[(ENV_RECIPES, CHAINED)]).0;
     w.objects.insert("in", "a.bin", BYTES, false);
     let first = w.event("ObjectCreated:Put", "a.bin").await;
     let jobs: Vec<String> = first.jobs().map(|j| j.job_key.clone()).collect();
@@ -398,6 +400,50 @@ async fn other_bytes_proven_by_md5_etags_release_the_old_jobs() {
         "{report:?}"
     );
     assert_eq!(w.app.ledger.get(&jobs[0]).await.unwrap(), None, "collected");
+}
+
+/// A rebuild of an unversioned key whose bytes were overwritten (in parts:
+/// an ETag that is not their MD5, no SHA-256 from S3) records the SHA-256
+/// it computed to key the new bytes' jobs, so the old bytes' jobs, proven
+/// other, are released. It recorded only the ETag before: nothing proved
+/// the bytes other, the row kept the old jobs under the new ETag, and the
+/// create's own event, finding that ETag, kept them for the key's life
+/// (the lifecycle soak, seed 5883306060597069846).
+#[tokio::test]
+async fn a_rebuild_of_overwritten_bytes_releases_the_old_bytes_jobs() {
+    // Keyed by content: under `auto`, a probe (which reads a header only)
+    // keys bytes with no SHA-256 from S3 by version and ETag, and nothing
+    // proves them other (DESIGN.md, "What identifies bytes").
+    let w = world_of(
+        0,
+        None,
+        &[(ENV_RECIPES, CHAINED), (ENV_IDENTITY, "content")],
+    )
+    .0;
+    w.objects.insert("in", "a.bin", BYTES, true);
+    let first = w.event("ObjectCreated:Put", "a.bin").await;
+    assert_eq!(outcomes(&first), [Outcome::Ran, Outcome::Ran], "{first:?}");
+    let old: Vec<String> = first.jobs().map(|j| j.job_key.clone()).collect();
+
+    // Other bytes, in parts; their create is not handled before the rebuild.
+    w.objects
+        .insert_multipart("in", "a.bin", b"other bytes", false);
+    let summary = w
+        .app
+        .rebuild_refs("in", "a.bin", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!((summary.versions, summary.errors), (1, 0), "{summary:?}");
+    for job in &old {
+        let refs = w.app.ledger.references(job).await.unwrap();
+        assert!(refs.is_empty(), "after the rebuild, {job}: {refs:?}");
+    }
+    let again = w.event("ObjectCreated:Put", "a.bin").await;
+    assert_eq!(outcomes(&again), [Outcome::Ran, Outcome::Ran], "{again:?}");
+    for job in &old {
+        let refs = w.app.ledger.references(job).await.unwrap();
+        assert!(refs.is_empty(), "after the create, {job}: {refs:?}");
+    }
 }
 
 #[tokio::test]

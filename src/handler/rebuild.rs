@@ -18,7 +18,7 @@ use super::job::BatchJobs;
 use super::references::{bytes_of, head_version, reconcile_version, Start};
 use super::{App, JobReport, Outcome};
 use crate::config::RecipeRule;
-use crate::fingerprint::{s3_checksum, version_etag, FingerprintSource, ObjectHead};
+use crate::fingerprint::{s3_checksum, version_etag, Fingerprint, FingerprintSource, ObjectHead};
 use crate::identity::IdentityMode;
 use crate::key::job_key;
 use crate::ledger::{Conditional, JobRow, JobStatus};
@@ -131,7 +131,7 @@ impl App {
                 return Some(rebuilt);
             }
         };
-        let (reports, wanted) = match self.done_jobs(&head, &rules, &mut rebuilt).await {
+        let (reports, wanted, fingerprint) = match self.done_jobs(&head, &rules, &mut rebuilt).await {
             Ok(found) => found,
             Err(reason) => {
                 rebuilt.error = Some(reason);
@@ -139,11 +139,14 @@ impl App {
             }
         };
         if !dry_run {
-            let keyed = Keyed {
-                bytes: bytes_of(&head, None),
-                wanted,
-            };
-            let headed = Start::Headed(Seen::Holds(bytes_of(&head, None)));
+            // The SHA-256 that keyed the jobs is recorded, as a create's
+            // is: with only an ETag that is not an MD5 (a multipart
+            // upload), nothing would prove the row's earlier bytes other,
+            // and their jobs would be kept under this ETag for the
+            // version's life.
+            let bytes = bytes_of(&head, Some(&fingerprint));
+            let headed = Start::Headed(Seen::Holds(bytes.clone()));
+            let keyed = Keyed { bytes, wanted };
             match reconcile_version(self, version, Some(keyed), headed).await {
                 Ok(done) => {
                     if let Some(stale) = done.stale {
@@ -211,7 +214,8 @@ impl App {
 
     /// The version's done jobs, one per recipe, as reports to reference
     /// (read again after the reference is written: this read only chooses
-    /// the key); the others go to `rebuilt.not_done`. A job is the one this
+    /// the key), the jobs it wants, and the input hash this configuration
+    /// keys it by; the others go to `rebuilt.not_done`. A job is the one this
     /// configuration keys, or, when that one is not done, the one the
     /// version was keyed by before content identity (S3's SHA-256, else
     /// version and ETag): rows older than the count were keyed so.
@@ -220,7 +224,7 @@ impl App {
         head: &ObjectHead,
         rules: &[&RecipeRule],
         rebuilt: &mut RebuiltVersion,
-    ) -> Result<(Vec<JobReport>, BTreeSet<String>), String> {
+    ) -> Result<(Vec<JobReport>, BTreeSet<String>, Fingerprint), String> {
         let identified = identify(self, &BatchJobs::default(), head.clone(), rules)
             .await
             .map_err(|(_, reason)| reason)?;
@@ -280,7 +284,7 @@ impl App {
                 (None, None) => {}
             }
         }
-        Ok((reports, wanted))
+        Ok((reports, wanted, identified.fingerprint))
     }
 
     /// Declares every done row from before reference items complete: the
