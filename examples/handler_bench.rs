@@ -85,6 +85,7 @@ async fn handle(app: &Arc<App>, messages: Vec<SqsMessage>) -> Vec<Outcome> {
     let invocation = Invocation {
         request_id: "bench".into(),
         deadline_ms: Some(app.now_ms() + 60_000),
+        timeout_ms: None,
     };
     let report = handle_batch(app.clone(), event, invocation).await;
     report.jobs().map(|j| j.outcome).collect()

@@ -10,6 +10,7 @@ use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 
 use crate::aws::describe_error;
 pub use crate::event::created_notification;
+use crate::queue::{deduplication_id, is_fifo_queue, message_group};
 
 /// SQS's most messages in one SendMessageBatch.
 const BATCH: usize = 10;
@@ -94,7 +95,7 @@ pub async fn backfill(
             .fetch_add(objects.len() as u64, Ordering::Relaxed);
         for chunk in objects.chunks(BATCH) {
             if !options.dry_run {
-                send_batch(sqs, &options.queue_url, chunk)
+                send_batch(sqs, &options.queue_url, &options.bucket, chunk)
                     .await
                     .map_err(|e| format!("{e}{}", resume_hint(&summary)))?;
                 summary.sent += chunk.len() as u64;
@@ -122,6 +123,7 @@ fn resume_hint(summary: &BackfillSummary) -> String {
 async fn send_batch(
     sqs: &aws_sdk_sqs::Client,
     queue_url: &str,
+    bucket: &str,
     messages: &[(String, String)],
 ) -> Result<(), String> {
     let mut pending: Vec<usize> = (0..messages.len()).collect();
@@ -129,11 +131,18 @@ async fn send_batch(
         let entries = pending
             .iter()
             .map(|&i| {
-                SendMessageBatchRequestEntry::builder()
+                let (key, body) = &messages[i];
+                let mut entry = SendMessageBatchRequestEntry::builder()
                     .id(i.to_string())
-                    .message_body(&messages[i].1)
-                    .build()
-                    .map_err(|e| e.to_string())
+                    .message_body(body);
+                if is_fifo_queue(queue_url) {
+                    // One object's messages in its group; a backfill run
+                    // again within SQS's five minutes sends each once.
+                    entry = entry
+                        .message_group_id(message_group(bucket, key))
+                        .message_deduplication_id(deduplication_id(body));
+                }
+                entry.build().map_err(|e| e.to_string())
             })
             .collect::<Result<Vec<_>, _>>()?;
         let output = sqs

@@ -46,6 +46,17 @@ pub struct S3Record {
     /// EventBridge's `deletion-type` of an `Object Deleted` event
     /// (`Permanently Deleted` or `Delete Marker Created`).
     pub deletion_type: Option<String>,
+    /// A hand-on message's count and recipes; `None` for S3's records.
+    pub handed_on: Option<HandedOn>,
+}
+
+/// What a hand-on record ([`HandOn`]) carries beyond an S3 record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HandedOn {
+    /// The hand-ons of the version's pipeline, this one included.
+    pub count: u32,
+    /// The recipes handed on.
+    pub recipes: Vec<String>,
 }
 
 impl S3Record {
@@ -199,6 +210,10 @@ pub fn parse_body(body: &str) -> Result<Notification, BodyError> {
             size: Some(hand_on.size),
             sequencer: None,
             deletion_type: None,
+            handed_on: Some(HandedOn {
+                count: hand_on.hand_ons,
+                recipes: hand_on.recipes,
+            }),
         }]));
     }
     if object.get("source").and_then(Value::as_str) == Some("aws.s3")
@@ -258,6 +273,7 @@ fn parse_eventbridge(value: Value) -> Result<S3Record, BodyError> {
         size: raw.detail.object.size,
         sequencer: raw.detail.object.sequencer,
         deletion_type: raw.detail.deletion_type,
+        handed_on: None,
     })
 }
 
@@ -289,6 +305,7 @@ fn parse_record(value: serde_json::Value) -> Result<S3Record, String> {
         size: raw.s3.object.size,
         sequencer: raw.s3.object.sequencer,
         deletion_type: None,
+        handed_on: None,
     })
 }
 

@@ -4,6 +4,13 @@
 //! A busy message would otherwise come back after the queue's whole
 //! visibility timeout (at least 6x the function timeout), often far later
 //! than the holder needs.
+//!
+//! Every message mediaonce sends names the object it is about: sent to a
+//! FIFO queue (`.fifo`), that object is its `MessageGroupId` (one object's
+//! messages stay in order, as its notifications are when they come
+//! through a FIFO queue) and the SHA-256 of its body its
+//! `MessageDeduplicationId` (a send repeated by a redelivery of the
+//! message that caused it, within SQS's five minutes, is one message).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +64,35 @@ pub struct DelayError {
     pub message: String,
 }
 
+/// Whether a queue URL (or ARN) names a FIFO queue.
+pub fn is_fifo_queue(queue: &str) -> bool {
+    queue.ends_with(".fifo")
+}
+
+/// SQS's longest `MessageGroupId`.
+const MAX_GROUP_ID: usize = 128;
+
+/// The FIFO message group of the messages about `bucket`/`key`: the
+/// object's name itself when SQS accepts it as a group id (at most 128
+/// characters, ASCII letters, digits and punctuation), else `sha256:` and
+/// the SHA-256 of the name (an S3 key may be 1,024 bytes of any UTF-8).
+/// One object always gets the same group. Pure.
+pub fn message_group(bucket: &str, key: &str) -> String {
+    let name = format!("{bucket}/{key}");
+    if name.len() <= MAX_GROUP_ID && name.bytes().all(|b| b.is_ascii_graphic()) {
+        name
+    } else {
+        format!("sha256:{}", crate::key::sha256_hex(name.as_bytes()))
+    }
+}
+
+/// The `MessageDeduplicationId` of a body sent to a FIFO queue: its
+/// SHA-256, so that the same message sent twice (a redelivery of the
+/// message that sent it) is delivered once. Pure.
+pub fn deduplication_id(body: &str) -> String {
+    crate::key::sha256_hex(body.as_bytes())
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("SendMessage to {queue_url} failed: {message}")]
 pub struct SendError {
@@ -67,8 +103,9 @@ pub struct SendError {
 /// The queue calls mediaonce makes.
 #[async_trait::async_trait]
 pub trait QueueClient: Send + Sync + std::fmt::Debug {
-    /// SendMessage: `body` is a new message on the queue.
-    async fn send(&self, queue_url: &str, body: &str) -> Result<(), SendError>;
+    /// SendMessage: `body` is a new message on the queue, about the object
+    /// whose [`message_group`] is `group` (its group on a FIFO queue).
+    async fn send(&self, queue_url: &str, body: &str, group: &str) -> Result<(), SendError>;
 
     /// ChangeMessageVisibility: the received message is visible again in `seconds`.
     async fn change_visibility(
@@ -97,9 +134,9 @@ impl Queue {
         Queue::new(SqsQueue { client })
     }
 
-    /// Sends a new message.
-    pub async fn send(&self, queue_url: &str, body: &str) -> Result<(), SendError> {
-        self.client.send(queue_url, body).await
+    /// Sends a new message about the object `group` names ([`message_group`]).
+    pub async fn send(&self, queue_url: &str, body: &str, group: &str) -> Result<(), SendError> {
+        self.client.send(queue_url, body, group).await
     }
 
     /// Makes a received message visible again in `seconds`.
@@ -123,18 +160,21 @@ pub struct SqsQueue {
 
 #[async_trait::async_trait]
 impl QueueClient for SqsQueue {
-    async fn send(&self, queue_url: &str, body: &str) -> Result<(), SendError> {
-        self.client
+    async fn send(&self, queue_url: &str, body: &str, group: &str) -> Result<(), SendError> {
+        let mut request = self
+            .client
             .send_message()
             .queue_url(queue_url)
-            .message_body(body)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|err| SendError {
-                queue_url: queue_url.to_string(),
-                message: describe_error(&err),
-            })
+            .message_body(body);
+        if is_fifo_queue(queue_url) {
+            request = request
+                .message_group_id(group)
+                .message_deduplication_id(deduplication_id(body));
+        }
+        request.send().await.map(|_| ()).map_err(|err| SendError {
+            queue_url: queue_url.to_string(),
+            message: describe_error(&err),
+        })
     }
 
     async fn change_visibility(
@@ -164,6 +204,7 @@ impl QueueClient for SqsQueue {
 pub struct RecordingQueue {
     changes: std::sync::Mutex<Vec<(String, String, i32)>>,
     sent: std::sync::Mutex<Vec<(String, String)>>,
+    groups: std::sync::Mutex<Vec<String>>,
 }
 
 impl RecordingQueue {
@@ -176,6 +217,14 @@ impl RecordingQueue {
     /// what a simulated queue delivers next.
     pub fn take_sent(&self) -> Vec<(String, String)> {
         std::mem::take(&mut *self.sent.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The message group of every message sent, in order.
+    pub fn groups(&self) -> Vec<String> {
+        self.groups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The delay last asked for the message received as `receipt_handle`.
@@ -200,11 +249,15 @@ impl RecordingQueue {
 
 #[async_trait::async_trait]
 impl QueueClient for Arc<RecordingQueue> {
-    async fn send(&self, queue_url: &str, body: &str) -> Result<(), SendError> {
+    async fn send(&self, queue_url: &str, body: &str, group: &str) -> Result<(), SendError> {
         self.sent
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((queue_url.to_string(), body.to_string()));
+        self.groups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(group.to_string());
         Ok(())
     }
 
@@ -254,6 +307,21 @@ mod tests {
             "a passed lease: the minimum"
         );
         assert_eq!(busy_delay_secs(u64::MAX, 0, 0), 43_200, "at most 12 h");
+    }
+
+    #[test]
+    fn an_object_is_one_message_group_that_sqs_accepts() {
+        assert_eq!(message_group("in", "videos/a.mp4"), "in/videos/a.mp4");
+        for key in ["a b.mp4", "vidéo.mp4", &"k".repeat(200)] {
+            let group = message_group("in", key);
+            assert!(group.starts_with("sha256:") && group.len() == 71, "{group}");
+            assert!(group.bytes().all(|b| b.is_ascii_graphic()));
+            assert_eq!(group, message_group("in", key), "the same every time");
+        }
+        assert_ne!(message_group("in", "a b"), message_group("in2", "a b"));
+        assert!(is_fifo_queue("https://sqs.r.amazonaws.com/1/jobs.fifo"));
+        assert!(!is_fifo_queue("https://sqs.r.amazonaws.com/1/jobs"));
+        assert_eq!(deduplication_id("x").len(), 64);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use serde_json::Value;
 
-use crate::handler::{handle_batch, App, Invocation, MetricsOut};
+use crate::handler::{handle_batch, App, Invocation, MetricsOut, LAMBDA_MAX_TIMEOUT};
 use crate::steps::StepRegistry;
 
 /// Runs the Lambda function with `steps`: reads the configuration from the
@@ -19,6 +19,12 @@ use crate::steps::StepRegistry;
 pub async fn run(steps: StepRegistry) -> Result<(), Error> {
     crate::logging::init(std::io::stdout);
     let app = Arc::new(App::from_env(steps).await?.with_metrics_out(MetricsOut::Stdout));
+    // A recipe no invocation can start fails the init, with its name, not
+    // every job of it at run time (those past this function's own timeout
+    // are refused per job: Lambda tells it only through each deadline).
+    if let Some(problem) = app.recipe_beyond(LAMBDA_MAX_TIMEOUT) {
+        return Err(format!("configuration error: {problem}").into());
+    }
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
         let app = app.clone();
         async move {
@@ -45,6 +51,7 @@ pub async fn run(steps: StepRegistry) -> Result<(), Error> {
             let invocation = Invocation {
                 request_id: event.context.request_id.clone(),
                 deadline_ms: Some(event.context.deadline),
+                timeout_ms: Some(event.context.deadline.saturating_sub(app.now_ms())),
             };
             let report = handle_batch(app, batch, invocation).await;
             Ok(serde_json::to_value(report.response())?)

@@ -5,13 +5,20 @@
 
 mod common;
 
+use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use common::events::{events, subscribed_bus};
 use common::media::{av_clip, noise_png};
-use common::{handle_before, Options, Pipeline};
-use mediaonce::config::ENV_GC_GRACE_SECS;
+use common::{
+    handle_before, handle_in, lambda_message, queue_arn, receive_from, Options, Pipeline,
+};
+use mediaonce::config::{ENV_EVENT_BUS, ENV_GC_GRACE_SECS};
 use mediaonce::fingerprint::FingerprintSource;
 use mediaonce::handler::{BatchReport, Outcome};
 use mediaonce::key::{job_key, sha256_hex};
+use mediaonce::ledger::{JobRow, JobStatus};
+use mediaonce::pipeline::message::MAX_HAND_ONS;
 use mediaonce::pipeline::HandOn;
+use mediaonce::queue::message_group;
 use mediaonce::references::VersionName;
 use serde_json::{json, Value};
 
@@ -291,4 +298,259 @@ async fn chained_jobs_with_no_time_left_are_handed_on_through_the_queue() {
         outcomes(&report),
         pairs(&[("small", Outcome::Reused), ("small-avif", Outcome::Reused)])
     );
+}
+
+/// A JPEG thumbnail, and an AVIF one of it chained (its step declares 30 s).
+const AVIF_CHAIN: &str = r#"[{"name": "small", "step": "thumbnail", "version": 1, "params": {"widths": [32]}},
+    {"name": "small-avif", "step": "thumbnail", "version": 1,
+     "params": {"widths": [16], "format": "avif"},
+     "input": {"recipe": "small", "file": "thumb-32.jpg"}}]"#;
+
+/// Issue 41, defect 4: a hand-on to a FIFO job queue carries the object as
+/// its `MessageGroupId` and the SHA-256 of its body as its deduplication
+/// id (the queue has no content-based deduplication): LocalStack refused
+/// it before (`MissingParameter`), and the chained job was deferred. The
+/// same hand-on sent again (a redelivery of the upload's message that
+/// crashed before its acknowledgement) is delivered once.
+#[tokio::test]
+async fn a_hand_on_to_a_fifo_queue_is_in_the_objects_group_and_sent_once() {
+    let p = Pipeline::new(Options {
+        separate_output_bucket: true,
+        recipes: Some(AVIF_CHAIN.into()),
+        ..Options::default()
+    })
+    .await;
+    p.put("a.png", &noise_png(64, 48, 7), true).await;
+    let notification = p.receive(1).await.remove(0);
+    let fifo_url = p
+        .sqs
+        .create_queue()
+        .queue_name(format!("{}.fifo", common::unique("jobs")))
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let fifo_arn = queue_arn(&p.sqs, &fifo_url).await;
+    let group = message_group(&p.bucket, "a.png");
+    p.sqs
+        .send_message()
+        .queue_url(&fifo_url)
+        .message_group_id(&group)
+        .message_deduplication_id("the-upload")
+        .message_body(notification.body.unwrap())
+        .send()
+        .await
+        .unwrap();
+    let upload = receive_from(&p.sqs, &fifo_url).await.remove(0);
+    let receipt = upload.receipt_handle.clone().unwrap();
+    let upload = lambda_message(upload, &fifo_arn);
+
+    for _delivery in 0..2 {
+        let report =
+            handle_before(p.app.clone(), vec![upload.clone()], p.app.now_ms() + 20_000).await;
+        assert_eq!(
+            outcomes(&report)[1],
+            ("small-avif".to_string(), Outcome::HandedOn),
+            "{report:?}"
+        );
+        assert!(
+            report.response().batch_item_failures.is_empty(),
+            "{report:?}"
+        );
+    }
+    // Acknowledged: its group's next message can be received.
+    p.sqs
+        .delete_message()
+        .queue_url(&fifo_url)
+        .receipt_handle(receipt)
+        .send()
+        .await
+        .unwrap();
+    let hand_ons = receive_from(&p.sqs, &fifo_url).await;
+    assert_eq!(hand_ons.len(), 1, "one hand-on, deduplicated: {hand_ons:?}");
+    let attributes = hand_ons[0].attributes.clone().unwrap_or_default();
+    assert_eq!(
+        attributes
+            .get(&MessageSystemAttributeName::MessageGroupId)
+            .map(String::as_str),
+        Some(group.as_str())
+    );
+    let body: Value = serde_json::from_str(hand_ons[0].body.as_deref().unwrap()).unwrap();
+    assert_eq!(HandOn::from_value(body).unwrap().hand_ons, 1);
+    let report = p
+        .handle(vec![lambda_message(hand_ons[0].clone(), &fifo_arn)])
+        .await;
+    assert_eq!(
+        outcomes(&report),
+        pairs(&[("small", Outcome::Reused), ("small-avif", Outcome::Ran)]),
+        "{report:?}"
+    );
+}
+
+/// Issue 41, defect 2: a walk whose message comes back (here another root
+/// job is busy) hands nothing on: its chained job is deferred, and the
+/// redelivery walks again. Before, every receive sent a hand-on, and every
+/// hand-on did the same (3, 9, 27... per generation).
+#[tokio::test]
+async fn a_message_that_comes_back_hands_nothing_on() {
+    let p = Pipeline::new(Options {
+        separate_output_bucket: true,
+        recipes: Some(
+            r#"[{"name": "small", "step": "thumbnail", "version": 1, "params": {"widths": [32]}},
+                {"name": "small-avif", "step": "thumbnail", "version": 1,
+                 "params": {"widths": [16], "format": "avif"},
+                 "input": {"recipe": "small", "file": "thumb-32.jpg"}},
+                {"name": "probe", "step": "counted-probe", "version": 1, "params": {}}]"#
+                .into(),
+        ),
+        ..Options::default()
+    })
+    .await;
+    let png = noise_png(64, 48, 9);
+    p.put("a.png", &png, true).await;
+    let upload = p.receive(1).await;
+    // Another worker holds the probe.
+    let probe = &p.app.config.recipes[2];
+    let probe_key = job_key(&sha256_hex(&png), &probe.recipe_hash);
+    p.seed_row(&running_row(&p, &probe_key, &sha256_hex(&png)))
+        .await;
+
+    for _receive in 0..3 {
+        let report = handle_before(p.app.clone(), upload.clone(), p.app.now_ms() + 20_000).await;
+        let got = outcomes(&report);
+        assert!(
+            got.contains(&("probe".to_string(), Outcome::Busy)),
+            "{report:?}"
+        );
+        assert!(
+            got.contains(&("small-avif".to_string(), Outcome::Deferred)),
+            "{report:?}"
+        );
+        let avif = report.jobs().find(|j| j.recipe == "small-avif").unwrap();
+        assert!(
+            avif.reason
+                .as_deref()
+                .unwrap()
+                .contains("nothing is handed on"),
+            "{avif:?}"
+        );
+        assert_eq!(report.response().batch_item_failures.len(), 1);
+    }
+    assert!(p.receive_batch().await.is_empty(), "no hand-on was sent");
+}
+
+/// Issue 41, defect 1: a chained job that needs more time to start than
+/// the function's timeout (Lambda tells it through each invocation's
+/// deadline) can never run: it is refused for good, and the pipeline ends
+/// with its failure event. It was handed on for ever before (each hand-on
+/// a fresh message: the dead-letter queue never stopped it).
+#[tokio::test]
+async fn a_chained_job_no_invocation_can_fit_fails_for_good_with_an_event() {
+    let p0 = Pipeline::new(Options::default()).await;
+    let (bus, app_queue) = subscribed_bus(&p0).await;
+    let p = Pipeline::new(Options {
+        separate_output_bucket: true,
+        recipes: Some(AVIF_CHAIN.into()),
+        vars: vec![(ENV_EVENT_BUS, bus)],
+        ..Options::default()
+    })
+    .await;
+    p.put("a.png", &noise_png(64, 48, 11), true).await;
+    let upload = p.receive(1).await;
+    // A function with a 20 s timeout: the AVIF job needs 35 s (5 s of
+    // margin and its step's 30 s), past the 10 s slack for a retried init.
+    let now = p.app.now_ms();
+    let report = handle_in(p.app.clone(), upload, now + 20_000, Some(20_000)).await;
+    assert_eq!(
+        outcomes(&report),
+        pairs(&[("small", Outcome::Ran), ("small-avif", Outcome::Poisoned)]),
+        "{report:?}"
+    );
+    let avif = report.jobs().find(|j| j.recipe == "small-avif").unwrap();
+    assert!(
+        avif.reason
+            .as_deref()
+            .unwrap()
+            .contains("no invocation can start it"),
+        "{avif:?}"
+    );
+    assert!(p.receive_batch().await.is_empty(), "nothing handed on");
+    let event = &events(&p, &app_queue, 1).await[0];
+    assert_eq!(event["detail-type"], "Media Pipeline Failed", "{event:#}");
+    let failed = event["detail"]["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|job| job["recipe"] == "small-avif")
+        .unwrap();
+    assert_eq!(failed["status"], "failed", "{event:#}");
+}
+
+/// Issue 41: a pipeline handed on `MAX_HAND_ONS` times hands on no more:
+/// its message comes back (the dead-letter queue ends a pipeline that
+/// never gets its time); one handed on fewer times hands on with the count
+/// one higher.
+#[tokio::test]
+async fn hand_ons_stop_at_the_cap_and_the_message_comes_back() {
+    let p = Pipeline::new(Options {
+        separate_output_bucket: true,
+        recipes: Some(AVIF_CHAIN.into()),
+        ..Options::default()
+    })
+    .await;
+    let put = p.put("a.png", &noise_png(64, 48, 13), true).await;
+    p.receive(1).await;
+    let etag = put.e_tag.unwrap().trim_matches('"').to_string();
+    let hand_on = |count: u32| {
+        HandOn::new(
+            &p.bucket,
+            "a.png",
+            None,
+            &etag,
+            0,
+            vec!["small-avif".into()],
+            count,
+        )
+        .to_body()
+    };
+    let at_cap = p.send_raw(&hand_on(MAX_HAND_ONS)).await;
+    let report = handle_before(p.app.clone(), vec![at_cap], p.app.now_ms() + 20_000).await;
+    assert_eq!(outcomes(&report)[1].1, Outcome::Deferred, "{report:?}");
+    assert_eq!(report.response().batch_item_failures.len(), 1);
+    assert!(p.receive_batch().await.is_empty(), "nothing handed on");
+
+    let below = p.send_raw(&hand_on(MAX_HAND_ONS - 1)).await;
+    let report = handle_before(p.app.clone(), vec![below], p.app.now_ms() + 20_000).await;
+    assert_eq!(outcomes(&report)[1].1, Outcome::HandedOn, "{report:?}");
+    let next = p.receive(1).await;
+    let body: Value = serde_json::from_str(next[0].body.as_deref().unwrap()).unwrap();
+    assert_eq!(HandOn::from_value(body).unwrap().hand_ons, MAX_HAND_ONS);
+}
+
+/// A row another worker holds, its lease ten minutes ahead.
+fn running_row(p: &Pipeline, job_key: &str, input_hash: &str) -> JobRow {
+    JobRow {
+        job_key: job_key.to_string(),
+        step: "counted-probe".into(),
+        input_hash: input_hash.to_string(),
+        status: JobStatus::Running,
+        lease_until_ms: p.app.now_ms() + 600_000,
+        attempts: 1,
+        owner: "another-worker/1".into(),
+        output_prefix: p.app.config.output_location(job_key),
+        error: None,
+        updated_at_ms: p.app.now_ms(),
+        failures: 0,
+        permanent: false,
+        ref_items: true,
+        free_mark: None,
+        released_at_ms: None,
+        deletes_started_at_ms: None,
+        collect_failures: 0,
+        collect_retry_at_ms: None,
+        collected_from: None,
+        split: None,
+    }
 }

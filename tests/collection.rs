@@ -138,6 +138,7 @@ impl World {
         let invocation = Invocation {
             request_id: format!("r{id}"),
             deadline_ms: None,
+            timeout_ms: None,
         };
         (event, invocation)
     }

@@ -73,6 +73,7 @@ async fn every_log_line_of_a_batch_names_its_request() {
     let invocation = Invocation {
         request_id: "req".into(),
         deadline_ms: Some(app.now_ms() + 60_000),
+        timeout_ms: None,
     };
     handle_batch(app, event, invocation).await;
 

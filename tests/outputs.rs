@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 use common::{Options, Pipeline};
 use mediaonce::handler::Outcome;
 use mediaonce::key::{job_key, sha256_hex};
+use mediaonce::queue::message_group;
 use serde_json::Value;
 
 const BYTES: &[u8] = b"bytes whose outputs we look up";
@@ -290,4 +291,49 @@ async fn backfill_sends_one_notification_per_object_and_twice_reuses() {
     assert_eq!(summary["sent"].as_u64(), Some(3));
     assert_eq!(summary["last_key"], "old/022 x.bin");
     drain(&p, &queue_url).await;
+}
+
+/// Issue 41, defect 4: backfill to a FIFO queue (no content-based
+/// deduplication) gives each notification its object's message group and
+/// a deduplication id; SQS refused every entry before (`MissingParameter`).
+#[tokio::test]
+async fn backfill_to_a_fifo_queue_sends_each_object_in_its_group() {
+    let p = Pipeline::new(Options::default()).await;
+    for key in ["old/a.bin", "old/b c.bin"] {
+        p.put(key, key.as_bytes(), true).await;
+    }
+    let queue_url = p
+        .sqs
+        .create_queue()
+        .queue_name(format!("{}.fifo", common::unique("backfill")))
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let location = format!("s3://{}/old/", p.bucket);
+    let (out, summary) = backfill(&[&location, "--queue-url", &queue_url]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(summary["sent"].as_u64(), Some(2));
+    let mut groups: Vec<String> = common::receive_from(&p.sqs, &queue_url)
+        .await
+        .into_iter()
+        .map(|m| {
+            m.attributes.unwrap_or_default()
+                [&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId]
+                .clone()
+        })
+        .collect();
+    groups.sort();
+    let mut wanted = vec![
+        message_group(&p.bucket, "old/a.bin"),
+        message_group(&p.bucket, "old/b c.bin"),
+    ];
+    wanted.sort();
+    assert_eq!(groups, wanted);
 }

@@ -10,16 +10,24 @@
 //! once every job of the pipeline is done, permanently failed, or handed
 //! on (the hand-on message sent), and its redelivery walks the graph
 //! again, reusing what is done.
+//!
+//! Hand-ons never multiply: a walk only asks for its hand-on
+//! ([`PendingHandOn`]); the message's handler sends it when the message
+//! is acknowledged, and otherwise reports those jobs deferred (the
+//! message comes back and its redelivery walks again). So each message
+//! leads to at most one hand-on, and a pipeline's hand-ons are a chain,
+//! bounded by [`MAX_HAND_ONS`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::job::{BatchJobs, JobRun};
 use super::references::{bytes_of, reconcile_version, Start};
-use super::{App, Invocation, JobReport, Outcome};
+use super::{App, Invocation, JobReport, Outcome, StartCheck};
 use crate::config::RecipeRule;
 use crate::fingerprint::{Fingerprint, FingerprintSource, ObjectHead};
 use crate::key::job_key;
+use crate::pipeline::message::MAX_HAND_ONS;
 use crate::pipeline::HandOn;
 use crate::references::{Keyed, VersionName};
 use crate::step::ObjectBytes;
@@ -37,6 +45,17 @@ pub(super) struct Downstream<'a> {
     /// The job queue (the one the upload's message came from), where a
     /// hand-on message goes.
     pub queue_url: Option<&'a str>,
+    /// The hand-ons of this version's pipeline so far (0: the walk of an
+    /// S3 notification).
+    pub hand_ons: u32,
+}
+
+/// A hand-on a walk asks for: sent if, and only if, the message that
+/// walked is acknowledged.
+#[derive(Debug, Clone)]
+pub(super) struct PendingHandOn {
+    pub queue_url: String,
+    pub message: HandOn,
 }
 
 /// A chained job, keyed: its recipe, and the upstream file it reads.
@@ -49,8 +68,12 @@ struct Chained<'a> {
 
 impl<'a> Downstream<'a> {
     /// Runs (or hands on) every job downstream of `done`, the version's
-    /// root jobs as reported; returns their reports, level by level.
-    pub async fn run(&self, roots: Vec<(&'a RecipeRule, JobReport)>) -> Vec<JobReport> {
+    /// root jobs as reported; returns their reports, level by level, and
+    /// the hand-on they ask for (its jobs reported `handed-on`).
+    pub async fn run(
+        &self,
+        roots: Vec<(&'a RecipeRule, JobReport)>,
+    ) -> (Vec<JobReport>, Option<PendingHandOn>) {
         let mut reports = Vec::new();
         let mut handed_on: Vec<(&'a RecipeRule, String)> = Vec::new();
         let mut level = roots;
@@ -90,11 +113,9 @@ impl<'a> Downstream<'a> {
             let mut next = Vec::new();
             let mut inputs: HashMap<String, Arc<ObjectBytes>> = HashMap::new();
             for job in &chained {
-                if self
-                    .app
-                    .too_late_to_start(self.invocation, self.app.start_margin(job.rule))
-                    .is_some()
-                {
+                // A job no invocation can start is refused by its run.
+                let margin = self.app.start_margin(job.rule);
+                if let StartCheck::Later(_) = self.app.start_check(self.invocation, margin) {
                     handed_on.push((job.rule, job.job_key.clone()));
                     continue;
                 }
@@ -104,10 +125,12 @@ impl<'a> Downstream<'a> {
             }
             level = next;
         }
-        if !handed_on.is_empty() {
-            reports.extend(self.hand_on(&handed_on).await);
+        if handed_on.is_empty() {
+            return (reports, None);
         }
-        reports
+        let (mut later, pending) = self.hand_on(&handed_on);
+        reports.append(&mut later);
+        (reports, pending)
     }
 
     /// The jobs chained to the done jobs of `level`, keyed by their
@@ -233,10 +256,31 @@ impl<'a> Downstream<'a> {
         run.run_in(self.batch, added).await
     }
 
-    /// One hand-on message for the jobs with no time left here: sent, they
-    /// are handed on; not sent (no queue, or SendMessage failed), they are
-    /// deferred and the upload's message comes back.
-    async fn hand_on(&self, jobs: &[(&RecipeRule, String)]) -> Vec<JobReport> {
+    /// One hand-on message for the jobs with no time left here, asked
+    /// for (their reports say `handed-on`); or, with no queue to hand on
+    /// to or [`MAX_HAND_ONS`] reached, none (they are deferred: the
+    /// message comes back, and the dead-letter queue ends a pipeline that
+    /// never gets its time).
+    fn hand_on(&self, jobs: &[(&RecipeRule, String)]) -> (Vec<JobReport>, Option<PendingHandOn>) {
+        let reports = |outcome, reason: String| {
+            jobs.iter()
+                .map(|(rule, job_key)| unclaimed(rule, Some(job_key.as_str()), outcome, reason.clone()))
+                .collect()
+        };
+        let Some(queue_url) = self.queue_url else {
+            let reason = "no time left in this invocation, and the message came from no SQS \
+                          queue to hand on to";
+            return (reports(Outcome::Deferred, reason.into()), None);
+        };
+        if self.hand_ons >= MAX_HAND_ONS {
+            let reason = format!(
+                "no time left in this invocation, and this version's pipeline was handed on \
+                 {} times already: the message comes back instead (the dead-letter queue ends \
+                 it if it never gets the time)",
+                self.hand_ons
+            );
+            return (reports(Outcome::Deferred, reason), None);
+        }
         let message = HandOn::new(
             &self.version.bucket,
             &self.version.key,
@@ -244,29 +288,14 @@ impl<'a> Downstream<'a> {
             &self.head.etag,
             self.head.size,
             jobs.iter().map(|(rule, _)| rule.name.clone()).collect(),
+            self.hand_ons + 1,
         );
-        let sent = match self.queue_url {
-            Some(queue_url) => self
-                .app
-                .queue
-                .send(queue_url, &message.to_body())
-                .await
-                .map_err(|e| e.to_string()),
-            None => Err("the message came from no SQS queue to hand on to".to_string()),
+        let reason = "no time left in this invocation: handed on to the job queue".to_string();
+        let pending = PendingHandOn {
+            queue_url: queue_url.to_string(),
+            message,
         };
-        let (outcome, reason) = match sent {
-            Ok(()) => (
-                Outcome::HandedOn,
-                "no time left in this invocation: handed on to the job queue".to_string(),
-            ),
-            Err(err) => (
-                Outcome::Deferred,
-                format!("no time left in this invocation, and handing on failed: {err}"),
-            ),
-        };
-        jobs.iter()
-            .map(|(rule, job_key)| unclaimed(rule, Some(job_key.as_str()), outcome, reason.clone()))
-            .collect()
+        (reports(Outcome::HandedOn, reason), Some(pending))
     }
 }
 

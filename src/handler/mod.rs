@@ -79,6 +79,32 @@ pub struct Invocation {
     pub request_id: String,
     /// The invocation deadline in epoch milliseconds, inside Lambda.
     pub deadline_ms: Option<u64>,
+    /// The function's timeout: the time every invocation is given. Lambda
+    /// tells it only through each invocation's deadline, so the runtime
+    /// measures it as the deadline less the time the invocation arrived.
+    /// A job needing more than this to start can never run
+    /// ([`StartCheck::Never`]). `None`: unknown (outside Lambda, or a test
+    /// that sets a short deadline to stand for time already spent).
+    pub timeout_ms: Option<u64>,
+}
+
+/// The longest a Lambda invocation can last.
+pub const LAMBDA_MAX_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// Lambda may retry a function's init inside its first invocation, taking
+/// up to 10 s of that invocation's time: a timeout measured then is that
+/// much short, so a job is judged never to fit only past this slack.
+pub const TIMEOUT_SLACK_MS: u64 = 10_000;
+
+/// Whether a job may start in this invocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StartCheck {
+    Now,
+    /// Not in the time left here; a fresh invocation has the time.
+    Later(String),
+    /// Not in any invocation of this function: the job needs more than
+    /// its timeout ([`Invocation::timeout_ms`]).
+    Never(String),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -272,14 +298,49 @@ impl App {
         self.config.deadline_margin + rule.step.time_needed()
     }
 
-    /// Why a job needing `margin` may not start now, if it may not.
-    fn too_late_to_start(&self, invocation: &Invocation, margin: Duration) -> Option<String> {
-        let deadline = invocation.deadline_ms?;
-        let remaining = deadline.saturating_sub(self.now_ms());
-        let margin = u64::try_from(margin.as_millis()).unwrap_or(u64::MAX);
-        (remaining < margin).then(|| {
-            format!("not started: {remaining} ms left before the invocation deadline, {margin} ms needed")
+    /// The first recipe whose jobs need more than `timeout` to start, as
+    /// an error naming it: no invocation that long can run them. Lambda's
+    /// invocations last at most [`LAMBDA_MAX_TIMEOUT`].
+    pub fn recipe_beyond(&self, timeout: Duration) -> Option<String> {
+        self.config.recipes.iter().enumerate().find_map(|(index, rule)| {
+            let margin = self.start_margin(rule);
+            (margin > timeout).then(|| {
+                format!(
+                    "recipe {index} ({}) needs {} s before the invocation deadline to start a \
+                     job (MEDIAONCE_DEADLINE_MARGIN_SECS and its step's need), and an \
+                     invocation lasts at most {} s: no invocation could run it",
+                    rule.name,
+                    margin.as_secs(),
+                    timeout.as_secs()
+                )
+            })
         })
+    }
+
+    /// Whether a job needing `margin` may start now, in a later
+    /// invocation, or never (it needs more than the function's timeout).
+    fn start_check(&self, invocation: &Invocation, margin: Duration) -> StartCheck {
+        let Some(deadline) = invocation.deadline_ms else {
+            return StartCheck::Now;
+        };
+        let margin = u64::try_from(margin.as_millis()).unwrap_or(u64::MAX);
+        if let Some(timeout) = invocation.timeout_ms {
+            if margin > timeout.saturating_add(TIMEOUT_SLACK_MS) {
+                return StartCheck::Never(format!(
+                    "not started, and no invocation can start it: it needs {margin} ms before the \
+                     deadline (MEDIAONCE_DEADLINE_MARGIN_SECS and its step's need) and the \
+                     function's invocations last {timeout} ms: raise the function's timeout or \
+                     lower the recipe's need"
+                ));
+            }
+        }
+        let remaining = deadline.saturating_sub(self.now_ms());
+        if remaining < margin {
+            return StartCheck::Later(format!(
+                "not started: {remaining} ms left before the invocation deadline, {margin} ms needed"
+            ));
+        }
+        StartCheck::Now
     }
 
     /// Reads the configuration (binding its recipes to `steps`) and builds

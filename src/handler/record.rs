@@ -6,19 +6,20 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 
-use super::chain::Downstream;
+use super::chain::{Downstream, PendingHandOn};
 use super::collect::collect_now;
 use super::completion::publish_if_complete;
 use super::identify::{forget_if_disproved, identify, Identified};
 use super::job::{elapsed_ms, BatchJobs, JobRun};
 use super::references::{bytes_of, head_null_version, reconcile_version, Start};
 use super::log::log_job;
-use super::{App, Invocation, JobReport, MessageReport, Outcome};
+use super::{App, Invocation, JobReport, MessageReport, Outcome, StartCheck};
 use crate::config::RecipeRule;
 use crate::event::{parse_body, EventKind, Notification, S3Record};
 use crate::fingerprint::{replaced_since_event, Fingerprint, FingerprintSource, ObjectHead};
 use crate::key::job_key;
 use crate::references::{Keyed, Seen, VersionName};
+use crate::queue::message_group;
 use crate::store::ObjectRef;
 
 /// A message's body: its records' jobs. `queue_url`: the queue it came
@@ -56,6 +57,7 @@ pub(super) async fn process_body(
     };
     let mut jobs = Vec::new();
     let mut errors = Vec::new();
+    let mut hand_ons = Vec::new();
     // A record equal to an earlier one of the body is the same hint: the
     // earlier one brought its version in line with S3 moments ago, so it
     // shares that record's outcome instead of reconciling again (a job
@@ -66,28 +68,100 @@ pub(super) async fn process_body(
             jobs.extend(reports.iter().map(JobReport::seen_again));
             continue;
         }
-        let (reports, error) =
-            process_record(app, batch, invocation, (&message_id, queue_url), record).await;
-        jobs.extend(reports.iter().cloned());
-        errors.extend(error);
-        handled.push((record, reports));
+        let done = process_record(app, batch, invocation, (&message_id, queue_url), record).await;
+        jobs.extend(done.reports.iter().cloned());
+        errors.extend(done.error);
+        hand_ons.extend(done.hand_on);
+        handled.push((record, done.reports));
     }
-    MessageReport {
+    let mut report = MessageReport {
         message_id,
         jobs,
         error: (!errors.is_empty()).then(|| errors.join("; ")),
+    };
+    send_hand_ons(app, &mut report, hand_ons).await;
+    report
+}
+
+/// The hand-ons the message's walks ask for, sent when the message is
+/// acknowledged; when it comes back (or a send fails), the jobs they carry
+/// are deferred instead: its redelivery walks the pipeline again. A
+/// message that comes back and hands on would hand on again at every
+/// receive, and each hand-on likewise: sent only from an acknowledged
+/// message, the hand-ons of a pipeline are a chain.
+async fn send_hand_ons(app: &App, report: &mut MessageReport, hand_ons: Vec<PendingHandOn>) {
+    for pending in hand_ons {
+        let message = &pending.message;
+        let not_sent = if report.must_retry() {
+            Some("the message comes back (another of its jobs must), so nothing is handed on: \
+                  its redelivery walks the pipeline again"
+                .to_string())
+        } else {
+            let group = message_group(&message.bucket, &message.key);
+            app.queue
+                .send(&pending.queue_url, &message.to_body(), &group)
+                .await
+                .err()
+                .map(|err| format!("no time left in this invocation, and handing on failed: {err}"))
+        };
+        let Some(reason) = not_sent else {
+            tracing::info!(
+                message_id = report.message_id,
+                bucket = message.bucket,
+                key = message.key,
+                recipes = ?message.recipes,
+                hand_ons = message.hand_ons,
+                "pipeline handed on"
+            );
+            continue;
+        };
+        tracing::warn!(message_id = report.message_id, key = message.key, reason, "not handed on: deferred");
+        for job in report.jobs.iter_mut().filter(|job| {
+            job.outcome == Outcome::HandedOn
+                && message.recipes.contains(&job.recipe)
+        }) {
+            job.outcome = Outcome::Deferred;
+            job.reason = Some(reason.clone());
+        }
     }
 }
 
-/// A record's job reports, and why its message must come back when no
-/// job says so (a release that failed).
+/// What one record came to.
+#[derive(Debug, Default)]
+struct RecordDone {
+    reports: Vec<JobReport>,
+    /// Why its message must come back when no job says so (a release
+    /// that failed, a completion event not published).
+    error: Option<String>,
+    /// The hand-on its pipeline asks for.
+    hand_on: Option<PendingHandOn>,
+}
+
+impl RecordDone {
+    fn of(reports: Vec<JobReport>) -> Self {
+        RecordDone {
+            reports,
+            ..RecordDone::default()
+        }
+    }
+
+    fn failed(error: Option<String>) -> Self {
+        RecordDone {
+            error,
+            ..RecordDone::default()
+        }
+    }
+}
+
+/// A record's job reports, why its message must come back when no job
+/// says so (a release that failed), and the hand-on it asks for.
 async fn process_record(
     app: &App,
     batch: &BatchJobs,
     invocation: &Invocation,
     (message_id, queue_url): (&str, Option<&str>),
     record: &S3Record,
-) -> (Vec<JobReport>, Option<String>) {
+) -> RecordDone {
     let version = VersionName {
         bucket: record.bucket.clone(),
         key: record.key.clone(),
@@ -101,7 +175,7 @@ async fn process_record(
             process_created(app, batch, invocation, (message_id, queue_url), record).await
         }
         EventKind::Removed | EventKind::DeleteMarker => {
-            (Vec::new(), process_removed(app, message_id, record, &version).await)
+            RecordDone::failed(process_removed(app, message_id, record, &version).await)
         }
         EventKind::Other => {
             tracing::info!(
@@ -111,7 +185,7 @@ async fn process_record(
                 event = record.event_name,
                 "not an ObjectCreated event: acknowledged, no job"
             );
-            (Vec::new(), None)
+            RecordDone::default()
         }
     }
 }
@@ -170,7 +244,7 @@ async fn process_created(
     invocation: &Invocation,
     (message_id, queue_url): (&str, Option<&str>),
     record: &S3Record,
-) -> (Vec<JobReport>, Option<String>) {
+) -> RecordDone {
     let (bucket, key) = (&record.bucket, &record.key);
     if app.config.is_own_output(bucket, key) {
         tracing::info!(
@@ -179,7 +253,7 @@ async fn process_created(
             key,
             "object is one of our outputs: acknowledged, no job (recursion guard)"
         );
-        return (Vec::new(), None);
+        return RecordDone::default();
     }
     let rules: Vec<&RecipeRule> = app.config.recipes_for(key);
     if rules.is_empty() {
@@ -189,7 +263,7 @@ async fn process_created(
             key,
             "no recipe matches the key: acknowledged, no job"
         );
-        return (Vec::new(), None);
+        return RecordDone::default();
     }
     let unclaimed = Unclaimed {
         rules: &rules,
@@ -208,9 +282,13 @@ async fn process_created(
         .map(|rule| app.start_margin(rule))
         .min()
         .unwrap_or_default();
-    let head = match app.too_late_to_start(invocation, quickest) {
-        Some(reason) => Err((Outcome::Deferred, reason)),
-        None => head_for_record(app, record, &unclaimed.object).await,
+    // (One that never fits is headed and keyed all the same: each job is
+    // then refused for good, and the failure event names the object.)
+    let head = match app.start_check(invocation, quickest) {
+        StartCheck::Later(reason) => Err((Outcome::Deferred, reason)),
+        StartCheck::Now | StartCheck::Never(_) => {
+            head_for_record(app, record, &unclaimed.object).await
+        }
     };
     let identified = match head {
         Ok(head) => identify(app, batch, head, &rules).await,
@@ -219,9 +297,15 @@ async fn process_created(
     let identified = match identified {
         Ok(identified) => identified,
         // No input hash, no key: report each recipe's job without claiming it.
-        Err((outcome, reason)) => return (unclaimed.report(None, outcome, &reason), None),
+        Err((outcome, reason)) => return RecordDone::of(unclaimed.report(None, outcome, &reason)),
     };
-    let done = run_pipeline(app, batch, invocation, queue_url, &rules, &identified, &unclaimed).await;
+    let walk = Walk {
+        batch,
+        invocation,
+        queue_url,
+        hand_ons: record.handed_on.as_ref().map_or(0, |h| h.count),
+    };
+    let done = run_pipeline(app, &walk, &rules, &identified, &unclaimed).await;
     forget_if_disproved(app, &identified).await;
     done
 }
@@ -233,13 +317,17 @@ async fn process_created(
 /// message must come back when that failed).
 async fn run_pipeline(
     app: &App,
-    batch: &BatchJobs,
-    invocation: &Invocation,
-    queue_url: Option<&str>,
+    walk: &Walk<'_>,
     rules: &[&RecipeRule],
     identified: &Identified,
     unclaimed: &Unclaimed<'_>,
-) -> (Vec<JobReport>, Option<String>) {
+) -> RecordDone {
+    let Walk {
+        batch,
+        invocation,
+        queue_url,
+        hand_ons,
+    } = *walk;
     let fingerprint = &identified.fingerprint;
     let head = &identified.bytes.head;
     // The version as headed: in a versioned bucket the event's version.
@@ -269,15 +357,16 @@ async fn run_pipeline(
             } else {
                 Outcome::Failed
             };
-            return (unclaimed.report(Some(fingerprint), outcome, &err.message), None);
+            return RecordDone::of(unclaimed.report(Some(fingerprint), outcome, &err.message));
         }
     };
     collect_now(app, &referenced.released).await;
     if let Some(stale) = referenced.stale {
         let reason = format!("{stale}: its outputs are not referenced by this version");
-        return (unclaimed.report(Some(fingerprint), Outcome::Skipped, &reason), None);
+        return RecordDone::of(unclaimed.report(Some(fingerprint), Outcome::Skipped, &reason));
     }
     let mut reports = run_jobs(app, batch, invocation, queue_url, rules, identified, &referenced.added).await;
+    let mut hand_on = None;
     if rules.iter().any(|rule| !app.config.chained_to(rule).is_empty()) {
         let roots = rules.iter().copied().zip(reports.iter().cloned()).collect();
         let downstream = Downstream {
@@ -287,14 +376,31 @@ async fn run_pipeline(
             version: &version,
             head,
             queue_url,
+            hand_ons,
         };
-        reports.extend(downstream.run(roots).await);
+        let (mut chained, pending) = downstream.run(roots).await;
+        reports.append(&mut chained);
+        hand_on = pending;
     }
     for report in &reports {
         log_job(report, unclaimed.message_id, &unclaimed.object);
     }
     let published = publish_if_complete(app, &version, head, fingerprint, &reports).await;
-    (reports, published.err())
+    RecordDone {
+        reports,
+        error: published.err(),
+        hand_on,
+    }
+}
+
+/// Where a record's pipeline is walked: its batch and invocation, the
+/// queue its message came from, and the hand-ons behind it.
+#[derive(Clone, Copy)]
+struct Walk<'a> {
+    batch: &'a BatchJobs,
+    invocation: &'a Invocation,
+    queue_url: Option<&'a str>,
+    hand_ons: u32,
 }
 
 /// The version's jobs, one per recipe: claimed and run (or reused) once

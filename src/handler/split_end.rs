@@ -6,6 +6,8 @@
 
 use super::App;
 use crate::ledger::{judge, JobRow, JobStatus, SplitWrite, Verdict};
+use crate::pipeline::HandOn;
+use crate::queue::message_group;
 
 /// The holder of a split job's references to its chunks.
 pub fn holder_of(parent: &str) -> String {
@@ -60,8 +62,13 @@ pub(super) async fn release_split(
                 )
             })?;
         for waiter in &split.waiters {
+            // A waiter is a hand-on message: its object is its group.
+            let group = serde_json::from_str(waiter)
+                .ok()
+                .and_then(|body| HandOn::from_value(body).ok())
+                .map_or_else(|| message_group(&row.job_key, ""), |w| message_group(&w.bucket, &w.key));
             app.queue
-                .send(queue_url, waiter)
+                .send(queue_url, waiter, &group)
                 .await
                 .map_err(|e| format!("handing a waiting version on to {queue_url}: {e}"))?;
         }

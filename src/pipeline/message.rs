@@ -7,18 +7,32 @@
 //! ```json
 //! {"mediaonce": "pipeline/1", "bucket": "uploads", "key": "videos/a.mp4",
 //!  "versionId": "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY", "eTag": "9b2cf535f27731c974343645a3985328",
-//!  "size": 52428800, "recipes": ["poster-thumbs"]}
+//!  "size": 52428800, "recipes": ["poster-thumbs"], "handOns": 1}
 //! ```
 //!
 //! `versionId` is `null` in an unversioned bucket; `recipes` names the
-//! recipes handed on (for logs: the receiver walks the whole pipeline).
-//! A duplicate is harmless: its jobs are claimed like any other.
+//! recipes handed on (for logs: the receiver walks the whole pipeline);
+//! `handOns` counts the hand-ons of the version's pipeline up to this one
+//! (a message from before it had none: 1). A duplicate is harmless: its
+//! jobs are claimed like any other.
+//!
+//! Hand-ons form a chain, never a tree: a message sends one only when it
+//! is acknowledged (a message that comes back hands nothing on: its
+//! redelivery walks the pipeline again), and at [`MAX_HAND_ONS`] the
+//! pipeline's message comes back instead, so the dead-letter queue ends a
+//! pipeline that never gets its time (DESIGN.md, "Pipelines").
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The field, and its value, that mark a body as a hand-on message.
 pub const HAND_ON_MARKER: (&str, &str) = ("mediaonce", "pipeline/1");
+
+/// The most hand-ons of one version's pipeline. Each goes to a fresh
+/// invocation, which has its whole timeout for the jobs handed on (a job
+/// that needs more is refused for good), so a pipeline needs about one per
+/// level; past this many, its message comes back instead of handing on.
+pub const MAX_HAND_ONS: u32 = 20;
 
 /// One object version's pipeline, handed on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,6 +49,13 @@ pub struct HandOn {
     pub etag: String,
     pub size: u64,
     pub recipes: Vec<String>,
+    /// The hand-ons of the version's pipeline, this one included.
+    #[serde(default = "one")]
+    pub hand_ons: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl HandOn {
@@ -45,6 +66,7 @@ impl HandOn {
         etag: &str,
         size: u64,
         recipes: Vec<String>,
+        hand_ons: u32,
     ) -> Self {
         HandOn {
             mediaonce: HAND_ON_MARKER.1.to_string(),
@@ -54,6 +76,7 @@ impl HandOn {
             etag: etag.to_string(),
             size,
             recipes,
+            hand_ons,
         }
     }
 
@@ -159,6 +182,7 @@ mod tests {
         let hand_on = HandOn::from_value(value.clone()).unwrap();
         assert_eq!(hand_on.key, "videos/a.mp4");
         assert_eq!(hand_on.recipes, ["poster-thumbs"]);
+        assert_eq!(hand_on.hand_ons, 1);
         let again: Value = serde_json::from_str(&hand_on.to_body()).unwrap();
         assert_eq!(again, value);
     }
@@ -187,10 +211,17 @@ mod tests {
 
     #[test]
     fn an_unversioned_object_has_a_null_version() {
-        let hand_on = HandOn::new("b", "k", None, "e", 3, vec![]);
+        let hand_on = HandOn::new("b", "k", None, "e", 3, vec![], 1);
         let body: Value = serde_json::from_str(&hand_on.to_body()).unwrap();
         assert_eq!(body["versionId"], Value::Null);
         assert_eq!(HandOn::from_value(body).unwrap(), hand_on);
+    }
+
+    #[test]
+    fn a_hand_on_from_before_the_count_is_the_first() {
+        let old = serde_json::json!({"mediaonce": "pipeline/1", "bucket": "b", "key": "k",
+            "versionId": null, "eTag": "e", "size": 1, "recipes": ["x"]});
+        assert_eq!(HandOn::from_value(old).unwrap().hand_ons, 1);
     }
 
     #[test]
@@ -204,7 +235,7 @@ mod tests {
         assert!(HandOn::from_value(missing)
             .unwrap_err()
             .contains("does not parse"));
-        let empty = HandOn::new("b", "", None, "e", 1, vec![]);
+        let empty = HandOn::new("b", "", None, "e", 1, vec![], 1);
         let value = serde_json::to_value(&empty).unwrap();
         assert!(HandOn::from_value(value)
             .unwrap_err()

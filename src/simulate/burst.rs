@@ -268,6 +268,7 @@ async fn deliver(
         let invocation = Invocation {
             request_id: receipt.clone(),
             deadline_ms: Some(app.now_ms() + FUNCTION_TIMEOUT_MS),
+            timeout_ms: Some(FUNCTION_TIMEOUT_MS),
         };
         let report = handle_batch(app.clone(), event, invocation).await;
         if report.response().batch_item_failures.is_empty() {

@@ -433,6 +433,7 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
             let invocation = Invocation {
                 request_id: format!("sim-{}", report.invocations),
                 deadline_ms: Some(now + FUNCTION_TIMEOUT_MS),
+                timeout_ms: Some(FUNCTION_TIMEOUT_MS),
             };
             let app = app.clone();
             async move { (messages, handle_batch(app, event, invocation).await) }

@@ -25,7 +25,9 @@ pub use counting::{CallCounter, ReadCounter};
 #[allow(unused_imports)]
 pub use pipeline::{claim_request, create_table, fresh_ledger, Options, Pipeline};
 #[allow(unused_imports)]
-pub use sqs::{failed_ids, handle_before, handle_with, lambda_message, queue_arn, receive_from};
+pub use sqs::{
+    failed_ids, handle_before, handle_in, handle_with, lambda_message, queue_arn, receive_from,
+};
 #[allow(unused_imports)]
 pub use steps::{
     quiet_injected_panics, CountedProbe, GatedProbe, HangingStep, PanickingStep, INJECTED_PANIC,

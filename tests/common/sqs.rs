@@ -76,17 +76,32 @@ pub async fn handle_with(app: Arc<App>, messages: Vec<SqsMessage>) -> BatchRepor
     handle_before(app, messages, deadline).await
 }
 
-/// Hands messages to the handler with the invocation deadline `deadline_ms`.
+/// Hands messages to the handler with the invocation deadline `deadline_ms`
+/// (standing for an invocation partly spent: the function's timeout is
+/// not known).
 pub async fn handle_before(
     app: Arc<App>,
     messages: Vec<SqsMessage>,
     deadline_ms: u64,
+) -> BatchReport {
+    handle_in(app, messages, deadline_ms, None).await
+}
+
+/// Hands messages to the handler in an invocation of a function whose
+/// timeout is `timeout_ms` (as the runtime measures it), ending at
+/// `deadline_ms`.
+pub async fn handle_in(
+    app: Arc<App>,
+    messages: Vec<SqsMessage>,
+    deadline_ms: u64,
+    timeout_ms: Option<u64>,
 ) -> BatchReport {
     let mut event = SqsEvent::default();
     event.records = messages;
     let invocation = Invocation {
         request_id: unique("req"),
         deadline_ms: Some(deadline_ms),
+        timeout_ms,
     };
     handle_batch(app, event, invocation).await
 }

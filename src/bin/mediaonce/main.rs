@@ -355,6 +355,7 @@ fn invoke(path: &PathBuf, pretty: bool, timeout_secs: Option<u64>) -> ExitCode {
         let invocation = Invocation {
             request_id: format!("cli-{}", std::process::id()),
             deadline_ms,
+            timeout_ms: None,
         };
         let report = handle_batch(app, event, invocation).await;
         if pretty || std::io::IsTerminal::is_terminal(&std::io::stderr()) {
@@ -449,6 +450,7 @@ fn reprocess(location: &str, version_id: Option<String>, recipe: Option<String>)
         let invocation = Invocation {
             request_id: format!("reprocess-{}", std::process::id()),
             deadline_ms: None,
+            timeout_ms: None,
         };
         let report = handle_batch(app, event, invocation).await;
         let mut all_done = true;

@@ -11,13 +11,15 @@ use tokio::sync::OnceCell;
 
 use super::collect::collect_now;
 use super::split_end::{end_if_settled, end_split_of};
-use super::{lock, App, Invocation, JobReport, Outcome};
+use super::{lock, App, Invocation, JobReport, Outcome, StartCheck};
 
 mod split;
 
 use crate::config::{split_s3_location, RecipeRule};
 use crate::fingerprint::{Fingerprint, FingerprintSource};
-use crate::ledger::{poison_reason, Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger};
+use crate::ledger::{
+    poison_reason, Claim, ClaimOutcome, ClaimRequest, FinishError, JobStatus, Ledger,
+};
 use crate::step::{
     ChunkSpan, JobInput, JobOutputs, Manifest, ObjectBytes, StepContext, StepError,
 };
@@ -149,8 +151,22 @@ impl<'a> JobRun<'a> {
             now_ms: now,
             max_attempts: app.config.max_attempts,
         };
-        if let Some(reason) = app.too_late_to_start(invocation, app.start_margin(rule)) {
-            return report.of(Outcome::Deferred, 0, Some(reason));
+        match app.start_check(invocation, app.start_margin(rule)) {
+            StartCheck::Now => {}
+            StartCheck::Later(reason) => return report.of(Outcome::Deferred, 0, Some(reason)),
+            // A configuration fault, not the input's: the failure event
+            // says so, and the message ends in the dead-letter queue.
+            // A job done before (under a longer timeout) is still reused.
+            StartCheck::Never(reason) => {
+                return match app.ledger.get(job_key).await {
+                    Ok(Some(row)) if row.status == JobStatus::Done => JobReport {
+                        outputs: Some(row.output_prefix),
+                        ..report.of(Outcome::Reused, row.attempts, None)
+                    },
+                    Ok(_) => report.of(Outcome::Poisoned, 0, Some(reason)),
+                    Err(err) => report.of(Outcome::Failed, 0, Some(err.to_string())),
+                };
+            }
         }
         match app.ledger.claim(&request).await {
             Err(err) => report.of(Outcome::Failed, 0, Some(err.to_string())),

@@ -17,6 +17,7 @@ use crate::ledger::{
 };
 use crate::pipeline::message::{ChunkHandOn, CHUNK_KIND};
 use crate::pipeline::HandOn;
+use crate::queue::message_group;
 use crate::step::ChunkSpan;
 use crate::steps::hls::chunk_job::ChunkParams;
 
@@ -129,9 +130,11 @@ impl JobRun<'_> {
         if unsent.is_empty() {
             unsent.extend(spans.last());
         }
+        let head = &self.bytes.head;
+        let group = message_group(&head.bucket, &head.key);
         for span in unsent {
             let body = self.chunk_message(span).to_body();
-            app.queue.send(queue_url, &body).await.map_err(|e| {
+            app.queue.send(queue_url, &body, &group).await.map_err(|e| {
                 format!("sending chunk {}'s message to {queue_url}: {e}", span.index)
             })?;
         }
@@ -199,6 +202,7 @@ impl JobRun<'_> {
             head.etag.trim_matches('"'),
             head.size,
             vec![self.rule.name.clone()],
+            1,
         )
         .to_body()
     }

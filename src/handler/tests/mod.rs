@@ -97,6 +97,7 @@ async fn handle(app: &Arc<App>, messages: Vec<SqsMessage>) -> BatchReport {
     let invocation = Invocation {
         request_id: "req".into(),
         deadline_ms: Some(app.now_ms() + 60_000),
+        timeout_ms: None,
     };
     handle_batch(app.clone(), event, invocation).await
 }
@@ -169,6 +170,7 @@ async fn a_slow_steps_need_defers_only_its_own_job() {
     let invocation = Invocation {
         request_id: "req".into(),
         deadline_ms: Some(f.app.now_ms() + 30_000),
+        timeout_ms: None,
     };
     let report = handle_batch(f.app.clone(), event, invocation).await;
     let outcomes: Vec<(&str, Outcome)> = report
@@ -763,6 +765,7 @@ async fn a_handed_on_pipeline_is_announced_by_the_message_that_ends_it() {
     let invocation = Invocation {
         request_id: "req-1".into(),
         deadline_ms: Some(app.now_ms() + 30_000),
+        timeout_ms: None,
     };
     let first = handle_batch(app.clone(), event, invocation).await;
     let outcomes: Vec<Outcome> = first.jobs().map(|j| j.outcome).collect();
@@ -781,6 +784,7 @@ async fn a_handed_on_pipeline_is_announced_by_the_message_that_ends_it() {
     let invocation = Invocation {
         request_id: "req-2".into(),
         deadline_ms: None,
+        timeout_ms: None,
     };
     let second = handle_batch(app.clone(), event, invocation).await;
     let outcomes: Vec<Outcome> = second.jobs().map(|j| j.outcome).collect();
@@ -803,4 +807,21 @@ async fn a_handed_on_pipeline_is_announced_by_the_message_that_ends_it() {
         .collect();
     assert_eq!(statuses, [("probe", "done"), ("hls", "failed")]);
     assert_eq!(detail["jobs"][1]["error"]["class"], "permanent");
+}
+
+/// Issue 41, defect 1: a recipe whose jobs need more than any Lambda
+/// invocation lasts to start (an `hls-package` with `min_seconds: 900`:
+/// 5 s of margin, 900 s and 10 s) is named at start-up; the default one
+/// fits.
+#[test]
+fn a_recipe_no_invocation_can_start_is_named_at_start_up() {
+    let fits = fixture_with(Some(r#"[{"name":"hls","step":"hls-package","version":1,"params":{"ladder":[240]}}]"#));
+    assert_eq!(fits.app.recipe_beyond(super::LAMBDA_MAX_TIMEOUT), None);
+    let never = fixture_with(Some(
+        r#"[{"name":"probe","step":"probe","version":1,"params":{}},
+            {"name":"hls","step":"hls-package","version":1,"params":{"ladder":[240],"min_seconds":900}}]"#,
+    ));
+    let problem = never.app.recipe_beyond(super::LAMBDA_MAX_TIMEOUT).unwrap();
+    assert!(problem.starts_with("recipe 1 (hls) needs 915 s"), "{problem}");
+    assert!(problem.contains("at most 900 s"), "{problem}");
 }

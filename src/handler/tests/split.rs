@@ -18,6 +18,7 @@ async fn a_version_waits_for_a_running_split_and_not_for_a_collected_one() {
         etag.trim_matches('"'),
         5,
         vec![rule.name.clone()],
+        1,
     )
     .to_body();
     let now = f.app.now_ms();
