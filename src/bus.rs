@@ -21,6 +21,21 @@ pub struct BusEvent {
     pub resources: Vec<String>,
 }
 
+/// EventBridge's largest PutEvents entry, in bytes ([`BusEvent::entry_size`]).
+pub const MAX_ENTRY_BYTES: usize = 256 * 1024;
+
+impl BusEvent {
+    /// Its size as PutEvents counts it against an entry's limit: source,
+    /// detail type, detail and resources in UTF-8 bytes, and 14 bytes for
+    /// the time EventBridge gives it.
+    pub fn entry_size(&self) -> usize {
+        14 + self.source.len()
+            + self.detail_type.len()
+            + self.detail.len()
+            + self.resources.iter().map(String::len).sum::<usize>()
+    }
+}
+
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("PutEvents to {bus} failed: {message}")]
 pub struct PublishError {
@@ -154,6 +169,17 @@ impl BusClient for Arc<RecordingBus> {
             return Err(PublishError {
                 bus: event.bus.clone(),
                 message: why,
+            });
+        }
+        // As EventBridge answers an entry past its limit.
+        if event.entry_size() > MAX_ENTRY_BYTES {
+            return Err(PublishError {
+                bus: event.bus.clone(),
+                message: format!(
+                    "ValidationException: Total size of the entries in the request is over the \
+                     limit ({} bytes)",
+                    event.entry_size()
+                ),
             });
         }
         self.events

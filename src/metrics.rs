@@ -195,6 +195,7 @@ pub(crate) mod tests {
             job_key: "k".into(),
             recipe: step.into(),
             step: step.into(),
+            version: 1,
             outcome,
             attempt: 1,
             duration_ms,

@@ -73,6 +73,9 @@ pub struct JobReport {
     /// The recipe's name (its step's, when it has none).
     pub recipe: String,
     pub step: String,
+    /// The recipe's `version`: with its name and step, the rule that made
+    /// the job (unnamed recipes of one step share a name).
+    pub version: u64,
     pub outcome: Outcome,
     /// The attempt that ran (or the row's attempts, for reused and busy).
     pub attempt: u64,
@@ -255,6 +258,7 @@ mod tests {
             job_key: "k".into(),
             recipe: "probe".into(),
             step: "probe".into(),
+            version: 1,
             outcome,
             attempt: 1,
             duration_ms: 0,

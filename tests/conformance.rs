@@ -12,6 +12,7 @@ use mediaonce::error::ErrorKind;
 use std::collections::BTreeSet;
 
 use mediaonce::identity::ObjectVersion;
+use mediaonce::key::sha256_hex;
 use mediaonce::ledger::dynamodb::DynamoDbTable;
 use mediaonce::ledger::memory::InMemoryTable;
 use mediaonce::ledger::{
@@ -21,7 +22,7 @@ use mediaonce::ledger::{
 use mediaonce::references::{self, RefChange, VersionName};
 use mediaonce::store::memory::InMemoryObjects;
 use mediaonce::store::s3::S3Objects;
-use mediaonce::store::{ObjectClient, ObjectRef};
+use mediaonce::store::{sha256_base64, ObjectClient, ObjectRef};
 
 fn row(key: &str, owner: &str, status: JobStatus, lease_until_ms: u64) -> JobRow {
     JobRow {
@@ -999,6 +1000,7 @@ async fn object_contract(client: impl ObjectClient, bucket: &str) {
             key,
             "application/x-test",
             ByteStream::from(bytes.clone()),
+            None,
         )
         .await
         .unwrap();
@@ -1018,6 +1020,40 @@ async fn object_contract(client: impl ObjectClient, bucket: &str) {
     assert_eq!(head.content_type.as_deref(), Some("application/x-test"));
     // PutObject asks for no checksum: none is kept to key by.
     assert_eq!(head.checksum_sha256, None);
+
+    // With a SHA-256 (an output, whose manifest records it): kept as the
+    // object's full-object checksum; bytes that do not match are refused.
+    let checked = format!("{key}.checked");
+    let sha256 = sha256_base64(&sha256_hex(&bytes)).unwrap();
+    client
+        .put_object(
+            bucket,
+            &checked,
+            "application/x-test",
+            ByteStream::from(bytes.clone()),
+            Some(&sha256),
+        )
+        .await
+        .unwrap();
+    let checked_head = client
+        .head_object(&object(bucket, &checked, None))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        checked_head.checksum_sha256.as_deref(),
+        Some(sha256.as_str())
+    );
+    assert!(client
+        .put_object(
+            bucket,
+            &checked,
+            "application/x-test",
+            ByteStream::from(b"other bytes".to_vec()),
+            Some(&sha256),
+        )
+        .await
+        .is_err());
 
     // Whole and ranged reads, pinned to the head's ETag.
     let pinned = object(bucket, key, Some(head.etag.clone()));
@@ -1053,6 +1089,7 @@ async fn object_contract(client: impl ObjectClient, bucket: &str) {
             key,
             "application/x-test",
             ByteStream::from(b"new".to_vec()),
+            None,
         )
         .await
         .unwrap();

@@ -163,8 +163,11 @@ impl ObjectClient for Oracle {
         key: &str,
         content_type: &str,
         body: aws_sdk_s3::primitives::ByteStream,
+        checksum_sha256: Option<&str>,
     ) -> Result<(), PutError> {
-        self.inner.put_object(bucket, key, content_type, body).await
+        self.inner
+            .put_object(bucket, key, content_type, body, checksum_sha256)
+            .await
     }
     async fn list_objects(
         &self,

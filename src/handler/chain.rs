@@ -25,13 +25,17 @@ use super::job::{BatchJobs, JobRun};
 use super::references::{bytes_of, reconcile_version, Start};
 use super::{App, Invocation, JobReport, Outcome, StartCheck};
 use crate::config::RecipeRule;
-use crate::fingerprint::{Fingerprint, FingerprintSource, ObjectHead};
+use crate::fingerprint::{s3_checksum, Fingerprint, FingerprintSource, ObjectHead};
 use crate::key::job_key;
 use crate::pipeline::message::MAX_HAND_ONS;
 use crate::pipeline::HandOn;
 use crate::references::{Keyed, VersionName};
 use crate::step::ObjectBytes;
 use crate::store::ObjectRef;
+
+/// The upstream files a reason names when a chained job's file is not
+/// among them.
+const NAMED_FILES: usize = 10;
 
 /// One upload version's pipeline, walked past its roots.
 pub(super) struct Downstream<'a> {
@@ -63,7 +67,9 @@ struct Chained<'a> {
     rule: &'a RecipeRule,
     job_key: String,
     input: ObjectRef,
+    /// The file's SHA-256 and size, as the upstream manifest records them.
     sha256: String,
+    size: u64,
 }
 
 impl<'a> Downstream<'a> {
@@ -188,11 +194,19 @@ impl<'a> Downstream<'a> {
             for rule in children {
                 let file_name = &rule.input.as_ref().expect("a chained recipe").file;
                 let Some(file) = manifest.outputs.iter().find(|f| &f.name == file_name) else {
-                    let names: Vec<&str> = manifest.outputs.iter().map(|f| f.name.as_str()).collect();
+                    // A package writes thousands of files: a few name the rest.
+                    let names: Vec<&str> = manifest
+                        .outputs
+                        .iter()
+                        .take(NAMED_FILES)
+                        .map(|f| f.name.as_str())
+                        .collect();
+                    let more = manifest.outputs.len().saturating_sub(NAMED_FILES);
                     let reason = format!(
-                        "upstream recipe {} wrote no {file_name} (it wrote {})",
+                        "upstream recipe {} wrote no {file_name} (it wrote {}{})",
                         upstream.name,
-                        names.join(", ")
+                        names.join(", "),
+                        if more > 0 { format!(" and {more} more") } else { String::new() }
                     );
                     unrunnable.push(unclaimed(rule, None, Outcome::Poisoned, reason));
                     continue;
@@ -207,6 +221,7 @@ impl<'a> Downstream<'a> {
                         if_match: None,
                     },
                     sha256: file.sha256.clone(),
+                    size: file.size,
                 });
             }
         }
@@ -237,6 +252,12 @@ impl<'a> Downstream<'a> {
                     }
                     Err(err) => return job.unclaimed(Outcome::Failed, &err.to_string()),
                 };
+                // Every read is pinned to this head's ETag, so the bytes
+                // the step reads (whole, or by ranges, unhashed) are the
+                // ones it describes: they must be the manifest's.
+                if let Some(reason) = job.not_its_bytes(&head) {
+                    return job.unclaimed(Outcome::Failed, &reason);
+                }
                 let bytes = app.object_bytes(head, &[job.rule.step.input_use()]);
                 inputs.insert(job.input.to_string(), bytes.clone());
                 bytes
@@ -300,6 +321,28 @@ impl<'a> Downstream<'a> {
 }
 
 impl Chained<'_> {
+    /// Why the upstream output `head` found is not the file the manifest
+    /// names, if it is not: its size differs, or the SHA-256 S3 keeps for
+    /// it (every output is written with its own) is another. An output
+    /// written before outputs carried one is checked by its size alone.
+    fn not_its_bytes(&self, head: &ObjectHead) -> Option<String> {
+        let kept = s3_checksum(head).map(|fingerprint| fingerprint.input_hash);
+        let size_differs = head.size != self.size;
+        let hash_differs = kept.as_ref().is_some_and(|kept| *kept != self.sha256);
+        (size_differs || hash_differs).then(|| {
+            format!(
+                "the upstream output {} is not the file its manifest names ({} bytes, SHA-256 \
+                 {}): S3 has {} bytes{}; it was changed after its job wrote it, and no job \
+                 reads it",
+                self.input,
+                self.size,
+                self.sha256,
+                head.size,
+                kept.map(|k| format!(", SHA-256 {k}")).unwrap_or_default()
+            )
+        })
+    }
+
     /// This job reported without a claim.
     fn unclaimed(&self, outcome: Outcome, reason: &str) -> JobReport {
         unclaimed(self.rule, Some(&self.job_key), outcome, reason.to_string())
@@ -313,6 +356,7 @@ fn unclaimed(rule: &RecipeRule, job_key: Option<&str>, outcome: Outcome, reason:
         job_key: job_key.unwrap_or_default().to_string(),
         recipe: rule.name.clone(),
         step: rule.recipe.step.clone(),
+        version: rule.recipe.version,
         outcome,
         attempt: 0,
         duration_ms: 0,

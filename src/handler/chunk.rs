@@ -215,6 +215,7 @@ fn skipped(package: &RecipeRule, parent: &str, reason: String) -> JobReport {
         job_key: String::new(),
         recipe: package.name.clone(),
         step: CHUNK_STEP.to_string(),
+        version: package.recipe.version,
         outcome: Outcome::Skipped,
         attempt: 0,
         duration_ms: 0,

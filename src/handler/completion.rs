@@ -4,10 +4,10 @@
 //! the message back (its redelivery publishes the same event id again).
 
 use super::{App, JobReport, Outcome};
-use crate::bus::BusEvent;
-use crate::config::{split_s3_location, RecipeRule};
+use crate::bus::{BusEvent, MAX_ENTRY_BYTES};
+use crate::config::split_s3_location;
 use crate::fingerprint::{Fingerprint, ObjectHead};
-use crate::key::job_key;
+use crate::ledger::{truncate_chars, MAX_ERROR_CHARS};
 use crate::pipeline::completion::{self, CompletedFile, CompletedJob, Completion, JobError};
 use crate::references::VersionName;
 use crate::step::content_type;
@@ -32,18 +32,75 @@ pub(super) async fn publish_if_complete(
     fingerprint: &Fingerprint,
     reports: &[JobReport],
 ) -> Result<(), String> {
-    let (Some(bus), Some(bus_name)) = (&app.bus, &app.config.event_bus) else {
+    if app.bus.is_none() || app.config.event_bus.is_none() {
         return Ok(());
-    };
+    }
     if reports.is_empty() || !reports.iter().all(|r| terminal(r.outcome)) {
         return Ok(());
     }
     let mut jobs = Vec::with_capacity(reports.len());
     for report in reports {
-        let rule = recipe_of(app, report, &fingerprint.input_hash);
-        jobs.push(completed_job(app, rule, report).await?);
+        jobs.push(completed_job(app, report).await?);
     }
-    let detail = Completion::new(
+    publish(app, version, head, fingerprint, jobs).await
+}
+
+/// Publishes the failure event of a handed-on pipeline that the
+/// configuration no longer starts (no recipe matches the key since a
+/// deployment): each recipe it handed on failed, class `configuration`,
+/// outcome `unmatched`. Without it the pipeline began and its event never
+/// came. `Err` with why the message must come back.
+pub(super) async fn publish_unmatched(
+    app: &App,
+    head: &ObjectHead,
+    fingerprint: &Fingerprint,
+    recipes: &[String],
+) -> Result<(), String> {
+    if app.bus.is_none() || app.config.event_bus.is_none() {
+        return Ok(());
+    }
+    let version = VersionName::of_head(head);
+    let message = format!(
+        "this version's pipeline was handed on, and the configuration deployed since runs no \
+         recipe on s3://{}/{}: nothing more runs for it (mediaonce reprocess runs what matches now)",
+        version.bucket, version.key
+    );
+    let jobs = recipes
+        .iter()
+        .map(|name| {
+            let rule = app.config.recipes.iter().find(|rule| &rule.name == name);
+            CompletedJob {
+                recipe: name.clone(),
+                step: rule.map(|r| r.recipe.step.clone()).unwrap_or_default(),
+                version: rule.map_or(0, |r| r.recipe.version),
+                job_key: String::new(),
+                status: "failed".into(),
+                outcome: "unmatched".into(),
+                output_prefix: None,
+                files: Vec::new(),
+                file_count: None,
+                error: Some(JobError {
+                    class: "configuration".into(),
+                    message: message.clone(),
+                }),
+            }
+        })
+        .collect();
+    publish(app, &version, head, fingerprint, jobs).await
+}
+
+/// Publishes the event of `jobs`, cut to fit an entry.
+async fn publish(
+    app: &App,
+    version: &VersionName,
+    head: &ObjectHead,
+    fingerprint: &Fingerprint,
+    jobs: Vec<CompletedJob>,
+) -> Result<(), String> {
+    let (Some(bus), Some(bus_name)) = (&app.bus, &app.config.event_bus) else {
+        return Ok(());
+    };
+    let mut detail = Completion::new(
         &version.bucket,
         &version.key,
         version.version_id.as_deref(),
@@ -51,16 +108,20 @@ pub(super) async fn publish_if_complete(
         (&fingerprint.input_hash, fingerprint.source),
         jobs,
     );
-    let event = BusEvent {
+    let mut event = BusEvent {
         bus: bus_name.clone(),
         source: completion::SOURCE.to_string(),
         detail_type: detail.detail_type().to_string(),
-        detail: detail.to_detail(),
+        detail: String::new(),
         resources: vec![format!(
             "arn:aws:s3:::{}/{}",
             version.bucket, version.key
         )],
     };
+    // PutEvents refuses a larger entry on every delivery: the message
+    // would end in the dead-letter queue and the event never arrive.
+    detail.fit(MAX_ENTRY_BYTES.saturating_sub(event.entry_size()));
+    event.detail = detail.to_detail();
     match bus.publish(&event).await {
         Ok(()) => {
             tracing::info!(version = %version, event_id = detail.event_id, status = detail.status, "completion event published");
@@ -73,46 +134,36 @@ pub(super) async fn publish_if_complete(
     }
 }
 
-/// The recipe a report is of: by its name, and when unnamed recipes of
-/// one step share it, the one whose key the report's is.
-fn recipe_of<'a>(app: &'a App, report: &JobReport, input_hash: &str) -> Option<&'a RecipeRule> {
-    let mut named = app
-        .config
-        .recipes
-        .iter()
-        .filter(|rule| rule.name == report.recipe && rule.recipe.step == report.step);
-    let first = named.clone().next();
-    named
-        .find(|rule| job_key(input_hash, &rule.recipe_hash) == report.job_key)
-        .or(first)
-}
-
 /// One job as the event reports it: a done job with its manifest's files.
-async fn completed_job(
-    app: &App,
-    rule: Option<&RecipeRule>,
-    report: &JobReport,
-) -> Result<CompletedJob, String> {
+/// A done job whose outputs or manifest cannot be found is never reported
+/// succeeded: `Err`, and the message comes back (its redelivery claims the
+/// job again, which runs it when it was collected meanwhile).
+async fn completed_job(app: &App, report: &JobReport) -> Result<CompletedJob, String> {
     let done = matches!(report.outcome, Outcome::Ran | Outcome::Reused);
-    let location = report.outputs.as_deref().and_then(split_s3_location);
-    let files = match (location, done) {
-        (Some((bucket, prefix)), true) => app
-            .manifest_under(bucket, prefix)
-            .await?
-            .map(|manifest| {
-                manifest
-                    .outputs
-                    .into_iter()
-                    .map(|file| CompletedFile {
-                        content_type: content_type(&file.name).to_string(),
-                        name: file.name,
-                        size: file.size,
-                        sha256: file.sha256,
-                    })
-                    .collect()
+    let files = if done {
+        let outputs = report.outputs.as_deref().unwrap_or_default();
+        let (bucket, prefix) = split_s3_location(outputs).ok_or_else(|| {
+            format!("job {}'s outputs {outputs:?} are not an s3://bucket/prefix/ location", report.job_key)
+        })?;
+        let manifest = app.manifest_under(bucket, prefix).await?.ok_or_else(|| {
+            format!(
+                "job {} is done but its manifest is missing from {outputs}: no event until it is \
+                 there",
+                report.job_key
+            )
+        })?;
+        manifest
+            .outputs
+            .into_iter()
+            .map(|file| CompletedFile {
+                content_type: content_type(&file.name).to_string(),
+                name: file.name,
+                size: file.size,
+                sha256: file.sha256,
             })
-            .unwrap_or_default(),
-        _ => Vec::new(),
+            .collect()
+    } else {
+        Vec::new()
     };
     let file_count = done.then_some(files.len() as u64);
     let files = completion::listed(files);
@@ -123,12 +174,13 @@ async fn completed_job(
             "permanent"
         }
         .to_string(),
-        message: report.reason.clone().unwrap_or_default(),
+        // Cut as a row's error is: a reason may list thousands of files.
+        message: truncate_chars(report.reason.as_deref().unwrap_or_default(), MAX_ERROR_CHARS),
     });
     Ok(CompletedJob {
         recipe: report.recipe.clone(),
         step: report.step.clone(),
-        version: rule.map_or(0, |r| r.recipe.version),
+        version: report.version,
         job_key: report.job_key.clone(),
         status: if done { "done" } else { "failed" }.to_string(),
         outcome: report.outcome.as_str().to_string(),

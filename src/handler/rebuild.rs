@@ -262,6 +262,7 @@ impl App {
                         job_key: row.job_key,
                         recipe: rule.name.clone(),
                         step: rule.recipe.step.clone(),
+                        version: rule.recipe.version,
                         outcome: Outcome::Reused,
                         attempt: row.attempts,
                         duration_ms: 0,

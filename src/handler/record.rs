@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::chain::{Downstream, PendingHandOn};
 use super::collect::collect_now;
-use super::completion::publish_if_complete;
+use super::completion::{publish_if_complete, publish_unmatched};
 use super::identify::{forget_if_disproved, identify, Identified};
 use super::job::{elapsed_ms, BatchJobs, JobRun};
 use super::references::{bytes_of, head_null_version, reconcile_version, Start};
@@ -256,6 +256,9 @@ async fn process_created(
         return RecordDone::default();
     }
     let rules: Vec<&RecipeRule> = app.config.recipes_for(key);
+    if let (true, Some(handed_on)) = (rules.is_empty(), &record.handed_on) {
+        return end_unmatched(app, batch, message_id, record, &handed_on.recipes).await;
+    }
     if rules.is_empty() {
         tracing::info!(
             message_id,
@@ -308,6 +311,44 @@ async fn process_created(
     let done = run_pipeline(app, &walk, &rules, &identified, &unclaimed).await;
     forget_if_disproved(app, &identified).await;
     done
+}
+
+/// A hand-on whose key no recipe matches any more (a deployment changed
+/// the recipes' `match` since its pipeline began): the pipeline ends with
+/// a failure event saying so, for the version it names, if it still holds
+/// the bytes (a version gone or overwritten has its own events).
+async fn end_unmatched(
+    app: &App,
+    batch: &BatchJobs,
+    message_id: &str,
+    record: &S3Record,
+    recipes: &[String],
+) -> RecordDone {
+    let object = ObjectRef {
+        bucket: record.bucket.clone(),
+        key: record.key.clone(),
+        version_id: record.version_id.clone(),
+        if_match: None,
+    };
+    let head = match head_for_record(app, record, &object).await {
+        Ok(head) => head,
+        Err((Outcome::Skipped, reason)) => {
+            tracing::info!(message_id, object = %object, reason, "handed-on pipeline no recipe matches, of a version gone: acknowledged");
+            return RecordDone::default();
+        }
+        Err((_, reason)) => return RecordDone::failed(Some(reason)),
+    };
+    let identified = match identify(app, batch, head, &[]).await {
+        Ok(identified) => identified,
+        Err((_, reason)) => return RecordDone::failed(Some(reason)),
+    };
+    tracing::warn!(message_id, object = %object, recipes = ?recipes, "a handed-on pipeline that no recipe matches any more: it ends with a failure event");
+    let head = &identified.bytes.head;
+    RecordDone::failed(
+        publish_unmatched(app, head, &identified.fingerprint, recipes)
+            .await
+            .err(),
+    )
 }
 
 /// A keyed version's pipeline: every root job referenced by the version
@@ -460,6 +501,7 @@ impl Unclaimed<'_> {
                     .unwrap_or_default(),
                 recipe: rule.name.clone(),
                 step: rule.recipe.step.clone(),
+                version: rule.recipe.version,
                 outcome,
                 attempt: 0,
                 duration_ms: elapsed_ms(self.started),

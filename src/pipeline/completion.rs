@@ -97,6 +97,22 @@ pub struct Completion {
     /// `succeeded` or `failed`.
     pub status: String,
     pub jobs: Vec<CompletedJob>,
+    /// What the event left out to fit EventBridge's entry size
+    /// ([`Completion::fit`], [`crate::bus::MAX_ENTRY_BYTES`]); absent when
+    /// nothing was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub omitted: Option<Omitted>,
+}
+
+/// What an event left out to fit, counted. Each job's manifest, under its
+/// `outputPrefix`, still lists every file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Omitted {
+    /// Files not listed (past those [`listed`] already leaves out).
+    pub files: u64,
+    /// Jobs not listed (done ones first).
+    pub jobs: u64,
 }
 
 impl Completion {
@@ -131,6 +147,39 @@ impl Completion {
             input_hash_source: input.1,
             status: if failed { "failed" } else { "succeeded" }.to_string(),
             jobs,
+            omitted: None,
+        }
+    }
+
+    /// Cuts the detail to at most `max_bytes` of JSON: the job listing the
+    /// most files gives up half of them, again and again; with no file
+    /// left, jobs go from the end, done ones first (a failure is what an
+    /// application most needs to see). What went is counted in
+    /// `omitted`; the status and `eventId` stay those of every job.
+    pub fn fit(&mut self, max_bytes: usize) {
+        while self.to_detail().len() > max_bytes {
+            let omitted = self.omitted.get_or_insert_with(Omitted::default);
+            if let Some(job) = self
+                .jobs
+                .iter_mut()
+                .filter(|job| !job.files.is_empty())
+                .max_by_key(|job| job.files.len())
+            {
+                let keep = job.files.len() / 2;
+                omitted.files += (job.files.len() - keep) as u64;
+                job.files.truncate(keep);
+                continue;
+            }
+            let Some(last) = self
+                .jobs
+                .iter()
+                .rposition(|job| job.status == "done")
+                .or(self.jobs.len().checked_sub(1))
+            else {
+                return;
+            };
+            self.jobs.remove(last);
+            omitted.jobs += 1;
         }
     }
 
@@ -232,6 +281,52 @@ mod tests {
             (failed.detail_type(), failed.status.as_str()),
             (FAILED, "failed")
         );
+    }
+
+    /// Issue 41, defect 3: a 3-hour video's package (7,205 files, 100
+    /// listed) and two chained jobs whose reasons name every file fit in
+    /// an entry once cut; the counts say what went, and the id and status
+    /// are those of every job.
+    #[test]
+    fn an_event_too_large_for_an_entry_is_cut_and_says_what_it_left_out() {
+        let mut package = job("hls", "K1", "done", "ran");
+        package.files = (0..MAX_LISTED_FILES)
+            .map(|n| CompletedFile {
+                name: format!("1080p/index-{n:04}-with-a-long-name.m3u8"),
+                size: 1,
+                sha256: "ab".repeat(32),
+                content_type: "application/vnd.apple.mpegurl".into(),
+            })
+            .collect();
+        package.file_count = Some(7_205);
+        let mut failed = job("thumbs", "", "failed", "poisoned");
+        failed.files.clear();
+        failed.error = Some(JobError {
+            class: "upstream".into(),
+            message: "x".repeat(2_000),
+        });
+        let mut jobs = vec![package];
+        jobs.extend((0..200).map(|n| CompletedJob {
+            recipe: format!("chained-{n}"),
+            ..failed.clone()
+        }));
+        let mut event = completion(jobs);
+        let (id, status) = (event.event_id.clone(), event.status.clone());
+        assert!(event.to_detail().len() > crate::bus::MAX_ENTRY_BYTES);
+        event.fit(200_000);
+        let detail = event.to_detail();
+        assert!(detail.len() <= 200_000, "{}", detail.len());
+        let omitted = event.omitted.clone().unwrap();
+        assert_eq!(omitted.files, MAX_LISTED_FILES as u64, "{omitted:?}");
+        assert!(omitted.jobs > 0 && event.jobs.iter().all(|j| j.status == "failed"));
+        assert_eq!((event.event_id, event.status), (id, status));
+        let value: serde_json::Value = serde_json::from_str(&detail).unwrap();
+        assert_eq!(value["omitted"]["files"], MAX_LISTED_FILES as u64);
+
+        let mut small = completion(vec![job("a", "K1", "done", "ran")]);
+        let before = small.to_detail();
+        small.fit(crate::bus::MAX_ENTRY_BYTES);
+        assert_eq!(small.to_detail(), before, "nothing to cut");
     }
 
     #[test]

@@ -345,9 +345,12 @@ impl ObjectClient for SimObjects {
         key: &str,
         content_type: &str,
         body: ByteStream,
+        checksum_sha256: Option<&str>,
     ) -> Result<(), PutError> {
         self.count("PUT").await;
-        self.inner.put_object(bucket, key, content_type, body).await
+        self.inner
+            .put_object(bucket, key, content_type, body, checksum_sha256)
+            .await
     }
     async fn copy_object(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {
         self.count("COPY").await;

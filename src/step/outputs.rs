@@ -155,7 +155,7 @@ impl JobOutputs {
     ) -> Result<(), StepError> {
         let key = format!("{}{}", self.prefix, file.name);
         self.store
-            .put(&self.bucket, &key, content_type, body)
+            .put(&self.bucket, &key, content_type, body, Some(&file.sha256))
             .await
             .map_err(|e| StepError::Output {
                 name: file.name.clone(),
@@ -174,12 +174,14 @@ impl JobOutputs {
         })?;
         bytes.push(b'\n');
         let key = format!("{}{}", self.prefix, MANIFEST_NAME);
+        let sha256 = crate::key::sha256_hex(&bytes);
         self.store
             .put(
                 &self.bucket,
                 &key,
                 "application/json",
                 ByteStream::from(bytes),
+                Some(&sha256),
             )
             .await
             .map_err(|e| StepError::Output {

@@ -38,6 +38,7 @@ impl FaultyObjects {
                     &object.key,
                     "application/octet-stream",
                     ByteStream::from(bytes),
+                    None,
                 )
                 .await
                 .expect("the injected overwrite is written");
@@ -93,6 +94,7 @@ impl ObjectClient for FaultyObjects {
         key: &str,
         content_type: &str,
         body: ByteStream,
+        checksum_sha256: Option<&str>,
     ) -> Result<(), PutError> {
         if let Some(message) = self.plan.check(Call::PutObject, key) {
             return Err(PutError {
@@ -102,7 +104,9 @@ impl ObjectClient for FaultyObjects {
                 kind: ErrorKind::Transient,
             });
         }
-        self.inner.put_object(bucket, key, content_type, body).await
+        self.inner
+            .put_object(bucket, key, content_type, body, checksum_sha256)
+            .await
     }
 
     async fn copy_object(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {

@@ -276,6 +276,7 @@ impl ObjectClient for Arc<InMemoryObjects> {
         key: &str,
         content_type: &str,
         body: ByteStream,
+        checksum_sha256: Option<&str>,
     ) -> Result<(), PutError> {
         self.check_owner(bucket).map_err(|message| PutError {
             bucket: bucket.to_string(),
@@ -289,12 +290,23 @@ impl ObjectClient for Arc<InMemoryObjects> {
             message: e.to_string(),
             kind: ErrorKind::Other,
         })?;
+        let bytes = bytes.into_bytes().to_vec();
+        // As S3 answers a checksum the bytes do not have.
+        let actual = crate::store::sha256_base64(&crate::key::sha256_hex(&bytes));
+        if checksum_sha256.is_some_and(|given| Some(given) != actual.as_deref()) {
+            return Err(PutError {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+                message: "HTTP 400 BadDigest: the SHA-256 you specified did not match the calculated checksum".into(),
+                kind: ErrorKind::Other,
+            });
+        }
         self.objects().insert(
             (bucket.to_string(), key.to_string()),
             Stored {
-                bytes: bytes.into_bytes().to_vec(),
+                bytes,
                 content_type: content_type.to_string(),
-                with_sha256: false,
+                with_sha256: checksum_sha256.is_some(),
                 multipart: false,
             },
         );

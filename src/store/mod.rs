@@ -155,13 +155,17 @@ pub trait ObjectClient: Send + Sync + std::fmt::Debug {
         range: Range<u64>,
     ) -> Result<Vec<u8>, GetError>;
 
-    /// PutObject, replacing any earlier object at the key.
+    /// PutObject, replacing any earlier object at the key. With
+    /// `checksum_sha256` (base64, as S3 takes it), S3 refuses bytes whose
+    /// SHA-256 is another, and keeps it as the object's full-object
+    /// checksum.
     async fn put_object(
         &self,
         bucket: &str,
         key: &str,
         content_type: &str,
         body: ByteStream,
+        checksum_sha256: Option<&str>,
     ) -> Result<(), PutError>;
 
     /// CopyObject: `from` (its version, and `If-Match` its ETag when set:
@@ -193,7 +197,7 @@ pub trait ObjectClient: Send + Sync + std::fmt::Debug {
         let content_type = head
             .content_type
             .unwrap_or_else(|| "application/octet-stream".into());
-        self.put_object(bucket, key, &content_type, ByteStream::from(body))
+        self.put_object(bucket, key, &content_type, ByteStream::from(body), None)
             .await
     }
 
@@ -358,22 +362,37 @@ impl ObjectStore {
         }
     }
 
+    /// PutObject of `body`, whose SHA-256 is `sha256` (hex) when known:
+    /// sent as its `x-amz-checksum-sha256`, S3 refuses bytes that do not
+    /// match it and keeps it, so a HEAD later says which bytes the object
+    /// holds without reading them (a chained job's input, read by ranges,
+    /// is checked so against its upstream manifest).
     pub async fn put(
         &self,
         bucket: &str,
         key: &str,
         content_type: &str,
         body: ByteStream,
+        sha256: Option<&str>,
     ) -> Result<(), PutError> {
         // Known before it is sent (bytes in memory, a file of known size);
         // wrapping the body to count it would cost it its retries.
         let (lower, upper) = body.size_hint();
+        let checksum = sha256.and_then(sha256_base64);
         self.client
-            .put_object(bucket, key, content_type, body)
+            .put_object(bucket, key, content_type, body, checksum.as_deref())
             .await?;
         self.bytes
             .written
             .fetch_add(upper.unwrap_or(lower), Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// A SHA-256 in hex as S3's `x-amz-checksum-sha256` (base64 of the 32
+/// bytes); `None` when `hex` is not 64 hexadecimal digits. Pure.
+pub fn sha256_base64(hex: &str) -> Option<String> {
+    use base64::Engine;
+    let bytes = hex::decode(hex).ok().filter(|b| b.len() == 32)?;
+    Some(base64::engine::general_purpose::STANDARD.encode(bytes))
 }

@@ -215,12 +215,14 @@ impl ObjectClient for S3Objects {
         key: &str,
         content_type: &str,
         body: ByteStream,
+        checksum_sha256: Option<&str>,
     ) -> Result<(), PutError> {
         self.client
             .put_object()
             .bucket(bucket)
             .key(key)
             .content_type(content_type)
+            .set_checksum_sha256(checksum_sha256.map(str::to_string))
             .set_expected_bucket_owner(self.expected_bucket_owner.clone())
             .body(body)
             .send()

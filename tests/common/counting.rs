@@ -87,8 +87,11 @@ impl ObjectClient for ReadCounter {
         key: &str,
         content_type: &str,
         body: ByteStream,
+        checksum_sha256: Option<&str>,
     ) -> Result<(), PutError> {
-        self.inner.put_object(bucket, key, content_type, body).await
+        self.inner
+            .put_object(bucket, key, content_type, body, checksum_sha256)
+            .await
     }
 
     async fn list_object_versions(

@@ -81,6 +81,7 @@ pub(super) struct Reporter {
     job_key: String,
     recipe: String,
     step: String,
+    version: u64,
     source: FingerprintSource,
     started: Instant,
 }
@@ -91,6 +92,7 @@ impl Reporter {
             job_key: self.job_key.clone(),
             recipe: self.recipe.clone(),
             step: self.step.clone(),
+            version: self.version,
             outcome,
             attempt,
             duration_ms: elapsed_ms(self.started),
@@ -215,6 +217,7 @@ impl<'a> JobRun<'a> {
             job_key: self.job_key.to_string(),
             recipe: self.rule.name.clone(),
             step: self.rule.recipe.step.clone(),
+            version: self.rule.recipe.version,
             source: self.fingerprint.source,
             started: Instant::now(),
         }

@@ -593,8 +593,9 @@ impl crate::store::ObjectClient for StallingDeletes {
         key: &str,
         content_type: &str,
         body: aws_sdk_s3::primitives::ByteStream,
+        checksum_sha256: Option<&str>,
     ) -> Result<(), crate::store::PutError> {
-        self.0.put_object(bucket, key, content_type, body).await
+        self.0.put_object(bucket, key, content_type, body, checksum_sha256).await
     }
     async fn list_objects(
         &self,
@@ -824,4 +825,196 @@ fn a_recipe_no_invocation_can_start_is_named_at_start_up() {
     let problem = never.app.recipe_beyond(super::LAMBDA_MAX_TIMEOUT).unwrap();
     assert!(problem.starts_with("recipe 1 (hls) needs 915 s"), "{problem}");
     assert!(problem.contains("at most 900 s"), "{problem}");
+}
+
+/// Writes `count` one-byte segments: a long video's package, as far as an
+/// event is concerned.
+struct ManyFiles;
+
+#[async_trait::async_trait]
+impl crate::step::Step for ManyFiles {
+    type Params = u64;
+
+    fn name(&self) -> &'static str {
+        "many-files"
+    }
+
+    fn params(&self, params: &serde_json::Map<String, serde_json::Value>) -> Result<u64, String> {
+        params["count"].as_u64().ok_or_else(|| "count is a number".into())
+    }
+
+    async fn run(
+        &self,
+        count: &u64,
+        _context: &crate::step::StepContext<'_>,
+        outputs: &mut crate::step::JobOutputs,
+    ) -> Result<(), crate::step::StepError> {
+        for n in 0..*count {
+            let name = format!("1080p/segment-{n:05}.ts");
+            outputs.put_bytes(&name, "video/mp2t", vec![n as u8]).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Issue 41, defect 3: two chained recipes whose file a 7,205-file
+/// package never wrote. Their reasons named every file (279 KB), and
+/// PutEvents refused the entry on every delivery: the message ended in the
+/// dead-letter queue and the event never came. Now the reasons name a few
+/// files and the detail is cut to fit; the recording bus refuses entries
+/// over EventBridge's limit as EventBridge does.
+#[tokio::test]
+async fn a_failure_event_of_a_long_package_fits_an_entry() {
+    let recipes = r#"[{"name":"package","step":"many-files","version":1,"params":{"count":7205}},
+        {"name":"thumbs","step":"probe","version":1,"params":{},
+         "input":{"recipe":"package","file":"poster.jpg"}},
+        {"name":"captions","step":"probe","version":2,"params":{},
+         "input":{"recipe":"package","file":"captions.vtt"}}]"#;
+    let (app, objects, bus) = app_with_bus(recipes);
+    let etag = objects.insert("in", "long.mp4", b"a long video", true);
+    let report = handle(&app, vec![message("1", "long.mp4", &etag)]).await;
+    let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Ran, Outcome::Poisoned, Outcome::Poisoned]);
+    assert_eq!(report.usage.event_publish_failures, 0, "{:?}", report.messages[0].error);
+    let events = bus.events();
+    assert_eq!(events.len(), 1);
+    assert!(events[0].entry_size() <= crate::bus::MAX_ENTRY_BYTES);
+    let detail: serde_json::Value = serde_json::from_str(&events[0].detail).unwrap();
+    assert_eq!(detail["status"], "failed");
+    let thumbs = &detail["jobs"][1];
+    let message = thumbs["error"]["message"].as_str().unwrap();
+    assert!(message.contains("wrote no poster.jpg"), "{message}");
+    assert!(message.ends_with("and 7195 more)"), "{message}");
+    assert_eq!(detail["jobs"][0]["fileCount"], 7205);
+}
+
+/// An app on in-memory clients with `recipes` (the built-in steps and
+/// [`ManyFiles`]), publishing to a recording bus.
+fn app_with_bus(
+    recipes: &str,
+) -> (Arc<App>, Arc<InMemoryObjects>, Arc<crate::bus::RecordingBus>) {
+    let mut steps = StepRegistry::builtin();
+    steps.register(ManyFiles);
+    let vars = HashMap::from([
+        ("MEDIAONCE_TABLE", "jobs"),
+        ("MEDIAONCE_OUTPUT_BUCKET", "in"),
+        ("MEDIAONCE_EVENT_BUS", "media"),
+        ("MEDIAONCE_RECIPES", recipes),
+    ]);
+    let config = Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
+    let objects = InMemoryObjects::new();
+    let bus = Arc::new(crate::bus::RecordingBus::default());
+    let app = Arc::new(
+        App::new(
+            config,
+            Ledger::new(InMemoryTable::new("jobs")),
+            ObjectStore::new(objects.clone()),
+            Queue::new(Arc::new(RecordingQueue::default())),
+        )
+        .with_bus(crate::bus::Bus::new(bus.clone())),
+    );
+    (app, objects, bus)
+}
+
+/// Issue 41, defect 5: two unnamed chained recipes of one step, versions 1
+/// and 2, are each reported with their own version. The event matched a
+/// report to its rule by a key computed from the upload's hash, which a
+/// chained job's never is, and fell back to the first rule of the name:
+/// both said version 1.
+#[tokio::test]
+async fn unnamed_chained_recipes_report_their_own_versions() {
+    let recipes = r#"[{"name":"first","step":"probe","version":1,"params":{}},
+        {"step":"probe","version":1,"params":{},"input":{"recipe":"first","file":"probe.json"}},
+        {"step":"probe","version":2,"params":{},"input":{"recipe":"first","file":"probe.json"}}]"#;
+    let (app, objects, bus) = app_with_bus(recipes);
+    let etag = objects.insert("in", "a.bin", b"abc", true);
+    let report = handle(&app, vec![message("1", "a.bin", &etag)]).await;
+    assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
+    let events = bus.events();
+    assert_eq!(events.len(), 1);
+    let detail: serde_json::Value = serde_json::from_str(&events[0].detail).unwrap();
+    let versions: Vec<(String, u64)> = detail["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|job| (job["recipe"].as_str().unwrap().to_string(), job["version"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        versions,
+        [("first".to_string(), 1), ("probe".to_string(), 1), ("probe".to_string(), 2)]
+    );
+}
+
+/// Suspected in issue 41: a done job whose manifest is missing was
+/// reported succeeded with no files. Its event now waits: the message
+/// comes back, and no event says the job succeeded.
+#[tokio::test]
+async fn a_done_job_without_its_manifest_is_never_announced_succeeded() {
+    let (app, objects, bus) = app_with_bus(r#"[{"name":"probe","step":"probe","version":1,"params":{}}]"#);
+    let etag = objects.insert("in", "a.bin", b"abc", true);
+    handle(&app, vec![message("1", "a.bin", &etag)]).await;
+    assert_eq!(bus.events().len(), 1);
+    let key = job_key(&sha256_hex(b"abc"), &app.config.recipes[0].recipe_hash);
+    objects.remove("in", &format!("derived/{key}/{}", crate::step::MANIFEST_NAME));
+    let report = handle(&app, vec![message("2", "a.bin", &etag)]).await;
+    assert_eq!(report.jobs().next().unwrap().outcome, Outcome::Reused);
+    assert_eq!(report.response().batch_item_failures.len(), 1, "{report:?}");
+    assert!(
+        report.messages[0].error.as_deref().unwrap().contains("manifest is missing"),
+        "{report:?}"
+    );
+    assert_eq!(bus.events().len(), 1, "no second event");
+}
+
+/// Issue 41, defect 6: a hand-on received after a deployment changed the
+/// recipes' `match` so that none matches its key any more ends its
+/// pipeline with a failure event saying so. It was acknowledged with "no
+/// recipe matches the key", and the pipeline's event never came.
+#[tokio::test]
+async fn a_hand_on_no_recipe_matches_since_a_deployment_ends_with_an_event() {
+    let recipes = r#"[{"name":"probe","step":"probe","version":1,"params":{},"match":{"prefix":"videos/"}},
+        {"name":"probe-of-probe","step":"probe","version":2,"params":{},
+         "input":{"recipe":"probe","file":"probe.json"}}]"#;
+    let (app, objects, bus) = app_with_bus(recipes);
+    let etag = objects.insert("in", "uploads/a.bin", b"abc", true);
+    let hand_on = crate::pipeline::HandOn::new(
+        "in",
+        "uploads/a.bin",
+        None,
+        &etag,
+        3,
+        vec!["probe-of-probe".into()],
+        1,
+    );
+    let mut message = message("1", "uploads/a.bin", &etag);
+    message.body = Some(hand_on.to_body());
+    let report = handle(&app, vec![message]).await;
+    assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
+    let events = bus.events();
+    assert_eq!(events.len(), 1, "{report:?}");
+    assert_eq!(events[0].detail_type, "Media Pipeline Failed");
+    let detail: serde_json::Value = serde_json::from_str(&events[0].detail).unwrap();
+    assert_eq!(detail["key"], "uploads/a.bin");
+    assert_eq!(detail["inputHash"], sha256_hex(b"abc"));
+    let job = &detail["jobs"][0];
+    assert_eq!(
+        (job["recipe"].as_str(), job["version"].as_u64(), job["outcome"].as_str()),
+        (Some("probe-of-probe"), Some(2), Some("unmatched"))
+    );
+    assert_eq!(job["error"]["class"], "configuration");
+    assert!(job["error"]["message"].as_str().unwrap().contains("runs no recipe on s3://in/uploads/a.bin"));
+
+    // The version gone: nothing to announce, acknowledged.
+    objects.remove("in", "uploads/a.bin");
+    let mut gone = message_for_hand_on(&hand_on);
+    gone.message_id = Some("2".into());
+    let report = handle(&app, vec![gone]).await;
+    assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
+    assert_eq!(bus.events().len(), 1);
+}
+
+fn message_for_hand_on(hand_on: &crate::pipeline::HandOn) -> SqsMessage {
+    let mut message = message("h", &hand_on.key, &hand_on.etag);
+    message.body = Some(hand_on.to_body());
+    message
 }
