@@ -309,6 +309,37 @@ pub struct ClaimRequest {
     pub max_attempts: u64,
 }
 
+impl JobRow {
+    /// The row a first claim of `request` writes: `running`, the first
+    /// attempt, leased to its owner. (Tests seed other workers' rows from
+    /// it, changing what they need.)
+    pub fn claimed(request: &ClaimRequest) -> JobRow {
+        JobRow {
+            job_key: request.job_key.clone(),
+            step: request.step.clone(),
+            input_hash: request.input_hash.clone(),
+            status: JobStatus::Running,
+            lease_until_ms: request.lease_until_ms,
+            attempts: 1,
+            owner: request.owner.clone(),
+            output_prefix: request.output_prefix.clone(),
+            error: None,
+            updated_at_ms: request.now_ms,
+            failures: 0,
+            permanent: false,
+            // A new job: every reference to it is an item.
+            ref_items: true,
+            free_mark: None,
+            released_at_ms: None,
+            deletes_started_at_ms: None,
+            collect_failures: 0,
+            collect_retry_at_ms: None,
+            collected_from: None,
+            split: None,
+        }
+    }
+}
+
 /// A claim this worker holds: it must run the job and then finish it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claim {
@@ -944,29 +975,7 @@ impl Ledger {
     /// one update); a put for a new key (its failed condition returns the
     /// row that beat it, which decides).
     pub async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, LedgerError> {
-        let row = JobRow {
-            job_key: request.job_key.clone(),
-            step: request.step.clone(),
-            input_hash: request.input_hash.clone(),
-            status: JobStatus::Running,
-            lease_until_ms: request.lease_until_ms,
-            attempts: 1,
-            owner: request.owner.clone(),
-            output_prefix: request.output_prefix.clone(),
-            error: None,
-            updated_at_ms: request.now_ms,
-            failures: 0,
-            permanent: false,
-            // A new job: every reference to it is an item.
-            ref_items: true,
-            free_mark: None,
-            released_at_ms: None,
-            deletes_started_at_ms: None,
-            collect_failures: 0,
-            collect_retry_at_ms: None,
-            collected_from: None,
-            split: None,
-        };
+        let row = JobRow::claimed(request);
         // A consistent read first: a done job (a popular content's, read
         // thousands of times a second) is reused without a write to its
         // item. It also is the read that follows the caller's reference

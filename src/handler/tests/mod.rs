@@ -680,24 +680,7 @@ async fn a_stalled_page_of_deletes_is_abandoned_before_the_lease_ends() {
 
 #[tokio::test]
 async fn a_completion_event_is_published_before_the_message_goes_and_repeats_its_id() {
-    let steps = StepRegistry::builtin();
-    let vars = HashMap::from([
-        ("MEDIAONCE_TABLE", "jobs"),
-        ("MEDIAONCE_OUTPUT_BUCKET", "in"),
-        ("MEDIAONCE_EVENT_BUS", "media"),
-    ]);
-    let config = Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
-    let objects = InMemoryObjects::new();
-    let bus = Arc::new(crate::bus::RecordingBus::default());
-    let app = Arc::new(
-        App::new(
-            config,
-            Ledger::new(InMemoryTable::new("jobs")),
-            ObjectStore::new(objects.clone()),
-            Queue::new(Arc::new(RecordingQueue::default())),
-        )
-        .with_bus(crate::bus::Bus::new(bus.clone())),
-    );
+    let (app, objects, bus) = app_with_bus(None);
     let etag = objects.insert("in", "a.bin", b"abc", true);
 
     // The bus refuses: the job ran, but the message comes back.
@@ -870,7 +853,7 @@ async fn a_failure_event_of_a_long_package_fits_an_entry() {
          "input":{"recipe":"package","file":"poster.jpg"}},
         {"name":"captions","step":"probe","version":2,"params":{},
          "input":{"recipe":"package","file":"captions.vtt"}}]"#;
-    let (app, objects, bus) = app_with_bus(recipes);
+    let (app, objects, bus) = app_with_bus(Some(recipes));
     let etag = objects.insert("in", "long.mp4", b"a long video", true);
     let report = handle(&app, vec![message("1", "long.mp4", &etag)]).await;
     let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
@@ -889,18 +872,19 @@ async fn a_failure_event_of_a_long_package_fits_an_entry() {
 }
 
 /// An app on in-memory clients with `recipes` (the built-in steps and
-/// [`ManyFiles`]), publishing to a recording bus.
+/// [`ManyFiles`]; the default recipe without), publishing to a recording
+/// bus.
 fn app_with_bus(
-    recipes: &str,
+    recipes: Option<&str>,
 ) -> (Arc<App>, Arc<InMemoryObjects>, Arc<crate::bus::RecordingBus>) {
     let mut steps = StepRegistry::builtin();
     steps.register(ManyFiles);
-    let vars = HashMap::from([
+    let mut vars = HashMap::from([
         ("MEDIAONCE_TABLE", "jobs"),
         ("MEDIAONCE_OUTPUT_BUCKET", "in"),
         ("MEDIAONCE_EVENT_BUS", "media"),
-        ("MEDIAONCE_RECIPES", recipes),
     ]);
+    vars.extend(recipes.map(|recipes| ("MEDIAONCE_RECIPES", recipes)));
     let config = Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
     let objects = InMemoryObjects::new();
     let bus = Arc::new(crate::bus::RecordingBus::default());
@@ -926,7 +910,7 @@ async fn unnamed_chained_recipes_report_their_own_versions() {
     let recipes = r#"[{"name":"first","step":"probe","version":1,"params":{}},
         {"step":"probe","version":1,"params":{},"input":{"recipe":"first","file":"probe.json"}},
         {"step":"probe","version":2,"params":{},"input":{"recipe":"first","file":"probe.json"}}]"#;
-    let (app, objects, bus) = app_with_bus(recipes);
+    let (app, objects, bus) = app_with_bus(Some(recipes));
     let etag = objects.insert("in", "a.bin", b"abc", true);
     let report = handle(&app, vec![message("1", "a.bin", &etag)]).await;
     assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
@@ -950,7 +934,7 @@ async fn unnamed_chained_recipes_report_their_own_versions() {
 /// comes back, and no event says the job succeeded.
 #[tokio::test]
 async fn a_done_job_without_its_manifest_is_never_announced_succeeded() {
-    let (app, objects, bus) = app_with_bus(r#"[{"name":"probe","step":"probe","version":1,"params":{}}]"#);
+    let (app, objects, bus) = app_with_bus(None);
     let etag = objects.insert("in", "a.bin", b"abc", true);
     handle(&app, vec![message("1", "a.bin", &etag)]).await;
     assert_eq!(bus.events().len(), 1);
@@ -975,7 +959,7 @@ async fn a_hand_on_no_recipe_matches_since_a_deployment_ends_with_an_event() {
     let recipes = r#"[{"name":"probe","step":"probe","version":1,"params":{},"match":{"prefix":"videos/"}},
         {"name":"probe-of-probe","step":"probe","version":2,"params":{},
          "input":{"recipe":"probe","file":"probe.json"}}]"#;
-    let (app, objects, bus) = app_with_bus(recipes);
+    let (app, objects, bus) = app_with_bus(Some(recipes));
     let etag = objects.insert("in", "uploads/a.bin", b"abc", true);
     let hand_on = crate::pipeline::HandOn::new(
         "in",
