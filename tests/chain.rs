@@ -542,3 +542,58 @@ fn running_row(p: &Pipeline, job_key: &str, input_hash: &str) -> JobRow {
         max_attempts: 3,
     })
 }
+
+/// Suspected in issue 41: a chained job reading its upstream file by
+/// ranges never checked the bytes against the manifest. Every output is
+/// now written with its SHA-256 as S3's checksum, and a chained job's
+/// input is checked by its HEAD (its reads pinned to that HEAD's ETag):
+/// a file changed after its job wrote it, even to bytes of the same size,
+/// runs nothing.
+#[tokio::test]
+async fn a_chained_job_reads_only_the_bytes_its_upstream_manifest_names() {
+    let p = avif_pipeline().await;
+    p.put("a.png", &noise_png(64, 48, 17), true).await;
+    let upload = p.receive(1).await;
+    let report = handle_before(p.app.clone(), upload, p.app.now_ms() + 20_000).await;
+    assert_eq!(outcomes(&report)[1].1, Outcome::HandedOn, "{report:?}");
+    let thumb = format!("derived/{}/thumb-32.jpg", key_of(&report, "small"));
+    let original = p.output(&thumb).await;
+    let head =
+        p.s3.head_object()
+            .bucket(&p.output_bucket)
+            .key(&thumb)
+            .checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled)
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(
+        head.checksum_sha256().map(str::to_string),
+        mediaonce::store::sha256_base64(&sha256_hex(&original)),
+        "an output carries its SHA-256"
+    );
+
+    // Another writer changes the file: the same size, other bytes.
+    let mut changed = original.clone();
+    let last = changed.len() - 3;
+    changed[last] ^= 0xFF;
+    p.s3.put_object()
+        .bucket(&p.output_bucket)
+        .key(&thumb)
+        .checksum_algorithm(aws_sdk_s3::types::ChecksumAlgorithm::Sha256)
+        .body(changed.into())
+        .send()
+        .await
+        .unwrap();
+    let report = p.handle(p.receive(1).await).await;
+    let avif = report.jobs().find(|j| j.recipe == "small-avif").unwrap();
+    assert_eq!(avif.outcome, Outcome::Failed, "{report:?}");
+    assert!(
+        avif.reason
+            .as_deref()
+            .unwrap()
+            .contains("not the file its manifest names"),
+        "{avif:?}"
+    );
+    let row = p.row(&avif.job_key).await;
+    assert!(row.is_none(), "nothing claimed: {row:?}");
+}
