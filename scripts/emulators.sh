@@ -11,7 +11,8 @@
 #   scripts/emulators.sh ffmpeg         the path of the pinned ffmpeg (imageio-ffmpeg's
 #                                       static build) that make test runs
 #
-# native: LocalStack from PyPI (no Docker) for S3, SQS and EventBridge on :4566, and moto's
+# native: LocalStack from PyPI (no Docker) for S3, SQS, EventBridge and Step Functions (with
+#         STS, which its service needs beside it) on :4566, and moto's
 #         server for DynamoDB on :4567 (LocalStack's DynamoDB needs a Java jar).
 # docker: the LocalStack container for all three services on :4566.
 # auto:   docker when a Docker engine answers, native otherwise (the default).
@@ -82,7 +83,7 @@ start_native() {
     (
       cd "$home"
       GATEWAY_LISTEN=127.0.0.1:$ls_port GATEWAY_SERVER=hypercorn LOCALSTACK_HOST=127.0.0.1:$ls_port \
-        SERVICES=s3,sqs,events EAGER_SERVICE_LOADING=1 SQS_ENDPOINT_STRATEGY=path DNS_ADDRESS=0 \
+        SERVICES=s3,sqs,events,stepfunctions,sts EAGER_SERVICE_LOADING=1 SQS_ENDPOINT_STRATEGY=path DNS_ADDRESS=0 \
         DISABLE_EVENTS=1 SKIP_SSL_CERT_DOWNLOAD=1 PERSISTENCE=0 \
         exec setsid "$venv/bin/python" -m localstack.runtime.main >"$logs/localstack.log" 2>&1
     ) &
@@ -100,7 +101,7 @@ start_native() {
 start_docker() {
   docker rm -f mediaonce-localstack >/dev/null 2>&1 || true
   docker run -d --name mediaonce-localstack -p "127.0.0.1:$ls_port:4566" \
-    -e SERVICES=s3,sqs,events,dynamodb -e EAGER_SERVICE_LOADING=1 -e SQS_ENDPOINT_STRATEGY=path \
+    -e SERVICES=s3,sqs,events,dynamodb,stepfunctions,sts -e EAGER_SERVICE_LOADING=1 -e SQS_ENDPOINT_STRATEGY=path \
     "$localstack_image" >/dev/null
   wait_for "http://127.0.0.1:$ls_port/_localstack/health" localstack
   echo docker > "$state/mode"

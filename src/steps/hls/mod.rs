@@ -226,6 +226,12 @@ pub fn ffmpeg_args(
             "independent_segments",
             "-hls_segment_type",
             "mpegts",
+            // Each run's segments start every PID's continuity counter at
+            // 0, so where a chunk's segments follow another's the counter
+            // jumps: flagged as a discontinuity on each PID's first packet,
+            // a strict demuxer takes it (ffmpeg's said `Packet corrupt`).
+            "-hls_segment_options",
+            "mpegts_flags=+initial_discontinuity",
             "-hls_segment_filename",
             &out_dir.join("%v/seg-%05d.ts").display().to_string(),
             "-var_stream_map",

@@ -1,0 +1,253 @@
+//! Issue 38's engine, on LocalStack's Step Functions: the state machine of
+//! `statemachine/hls-split.asl.json`, as the template will deploy it, run
+//! with the test acting as the chunk function (receiving each task's
+//! message from the chunk queue and answering with its task token). A
+//! Map of chunk tasks (one retried after a transient failure), then the
+//! join; the same name and input start the same execution; a chunk that
+//! fails for good ends the execution through the failure task.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use aws_sdk_sfn::types::{ExecutionStatus, StateMachineType};
+use common::{receive_from, unique};
+use serde_json::{json, Value};
+
+const DEFINITION: &str = include_str!("../statemachine/hls-split.asl.json");
+
+struct Engine {
+    sfn: aws_sdk_sfn::Client,
+    sqs: aws_sdk_sqs::Client,
+    queue_url: String,
+    machine: String,
+}
+
+async fn engine() -> Engine {
+    common::pipeline::require_emulators();
+    let sdk = mediaonce::aws::load_sdk_config().await;
+    let sfn = aws_sdk_sfn::Client::new(&sdk);
+    let sqs = mediaonce::aws::sqs_client(&sdk);
+    let queue_url = sqs
+        .create_queue()
+        .queue_name(unique("chunks"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let machine = sfn
+        .create_state_machine()
+        .name(unique("hls-split"))
+        .definition(DEFINITION)
+        .role_arn("arn:aws:iam::000000000000:role/mediaonce-split")
+        .r#type(StateMachineType::Standard)
+        .send()
+        .await
+        .expect("the definition is accepted")
+        .state_machine_arn;
+    Engine {
+        sfn,
+        sqs,
+        queue_url,
+        machine,
+    }
+}
+
+fn input(engine: &Engine, job: &str, spans: usize) -> String {
+    json!({
+        "job": {"key": job, "attempt": 1},
+        "queueUrl": engine.queue_url,
+        "limits": {"maxConcurrency": 2, "heartbeatSeconds": 120, "chunkSeconds": 900, "joinSeconds": 900},
+        "spans": (0..spans).map(|i| json!({"index": i, "startMs": i * 60_000, "endMs": (i + 1) * 60_000})).collect::<Vec<_>>(),
+    })
+    .to_string()
+}
+
+/// What the chunk function was asked, by message kind.
+#[derive(Default, Debug)]
+struct Asked {
+    chunks: BTreeMap<u64, usize>,
+    joins: Vec<Value>,
+    failures: Vec<Value>,
+}
+
+impl Engine {
+    /// Answers the execution's tasks as the chunk function would, with
+    /// `answer` choosing each chunk's (`Ok` output or `Err` error), until
+    /// the execution ends; returns its status and what was asked.
+    async fn drive(
+        &self,
+        execution: &str,
+        mut answer: impl FnMut(u64, usize) -> Result<Value, &'static str>,
+    ) -> (ExecutionStatus, Asked) {
+        let mut asked = Asked::default();
+        // LocalStack 2026.3 loses an answer that comes before it arms a
+        // task's heartbeat (`_wait_for_task_token_heartbeat` waits for the
+        // next heartbeat before it looks at the outcome, and then takes
+        // the wait for a heartbeat timeout). The chunk function answers
+        // after minutes of encoding; this test answers at once, so a poll
+        // that finds nothing new answers the last tokens again (a repeated
+        // answer to a task that ended changes nothing).
+        let mut last: Vec<(String, Result<Value, &'static str>)> = Vec::new();
+        for _poll in 0..120 {
+            let status = self
+                .sfn
+                .describe_execution()
+                .execution_arn(execution)
+                .send()
+                .await
+                .unwrap()
+                .status;
+            if status != ExecutionStatus::Running {
+                return (status, asked);
+            }
+            let messages = receive_from(&self.sqs, &self.queue_url).await;
+            if messages.is_empty() {
+                for (token, result) in &last {
+                    self.answer(token, result.clone()).await;
+                }
+                continue;
+            }
+            last.clear();
+            for message in messages {
+                let body: Value = serde_json::from_str(message.body().unwrap()).unwrap();
+                let token = body["taskToken"].as_str().unwrap().to_string();
+                let result = match body["mediaonce"].as_str().unwrap() {
+                    "hls-chunk/2" => {
+                        let index = body["span"]["index"].as_u64().unwrap();
+                        let seen = asked.chunks.entry(index).or_default();
+                        *seen += 1;
+                        answer(index, *seen)
+                    }
+                    "hls-join/2" => {
+                        asked.joins.push(body["chunks"].clone());
+                        Ok(json!({"joined": true}))
+                    }
+                    "hls-failed/2" => {
+                        asked.failures.push(body["failure"].clone());
+                        Ok(json!({"recorded": true}))
+                    }
+                    other => panic!("a task of kind {other}"),
+                };
+                self.answer(&token, result.clone()).await;
+                last.push((token, result));
+                self.sqs
+                    .delete_message()
+                    .queue_url(&self.queue_url)
+                    .receipt_handle(message.receipt_handle().unwrap())
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        }
+        panic!("the execution did not end: {asked:?}");
+    }
+
+    /// SendTaskSuccess with `Ok`'s output, or SendTaskFailure with `Err`'s
+    /// error; a token that ended already is refused, and that is fine.
+    async fn answer(&self, token: &str, result: Result<Value, &'static str>) {
+        let _ = match result {
+            Ok(output) => self
+                .sfn
+                .send_task_success()
+                .task_token(token)
+                .output(output.to_string())
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("{e:?}")),
+            Err(error) => self
+                .sfn
+                .send_task_failure()
+                .task_token(token)
+                .error(error)
+                .cause("injected")
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("{e:?}")),
+        };
+    }
+
+    async fn start(&self, name: &str, input: &str) -> String {
+        self.sfn
+            .start_execution()
+            .state_machine_arn(&self.machine)
+            .name(name)
+            .input(input)
+            .send()
+            .await
+            .unwrap()
+            .execution_arn
+    }
+}
+
+#[tokio::test]
+async fn chunks_fan_out_a_transient_failure_is_retried_and_the_join_gets_them_in_order() {
+    let engine = engine().await;
+    let job = "a".repeat(64);
+    let name = format!("{}-1", &job[..16]);
+    let input = input(&engine, &job, 3);
+    let execution = engine.start(&name, &input).await;
+    // The claimant's redelivery starts it again: the same execution.
+    assert_eq!(engine.start(&name, &input).await, execution);
+    let other = engine
+        .sfn
+        .start_execution()
+        .state_machine_arn(&engine.machine)
+        .name(&name)
+        .input(input.replace("\"attempt\":1", "\"attempt\":2"))
+        .send()
+        .await;
+    assert!(
+        other.is_err_and(|e| format!("{e:?}").contains("ExecutionAlreadyExists")),
+        "another input under the same name is refused"
+    );
+
+    let (status, asked) = engine
+        .drive(&execution, |index, seen| match (index, seen) {
+            (1, 1) => Err("mediaonce.Transient"),
+            (index, _) => Ok(json!({"index": index, "segments": 30})),
+        })
+        .await;
+    assert_eq!(status, ExecutionStatus::Succeeded, "{asked:?}");
+    assert_eq!(asked.chunks, BTreeMap::from([(0, 1), (1, 2), (2, 1)]));
+    assert_eq!(asked.joins.len(), 1, "{asked:?}");
+    let indexes: Vec<u64> = asked.joins[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|chunk| chunk["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(indexes, [0, 1, 2], "the Map's results, in span order");
+    assert!(asked.failures.is_empty());
+}
+
+#[tokio::test]
+async fn a_chunk_that_fails_for_good_ends_the_execution_through_the_failure_task() {
+    let engine = engine().await;
+    let job = "b".repeat(64);
+    let execution = engine
+        .start(&format!("{}-1", &job[..16]), &input(&engine, &job, 3))
+        .await;
+    let (status, asked) = engine
+        .drive(&execution, |index, _| match index {
+            2 => Err("mediaonce.Unprocessable"),
+            index => Ok(json!({"index": index})),
+        })
+        .await;
+    assert_eq!(status, ExecutionStatus::Failed, "{asked:?}");
+    assert_eq!(asked.chunks.get(&2), Some(&1), "not retried: {asked:?}");
+    assert!(asked.joins.is_empty());
+    assert_eq!(asked.failures.len(), 1, "{asked:?}");
+    assert_eq!(asked.failures[0]["Error"], "mediaonce.Unprocessable");
+    let described = engine
+        .sfn
+        .describe_execution()
+        .execution_arn(&execution)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(described.error(), Some("mediaonce.Unprocessable"));
+}
