@@ -1002,3 +1002,71 @@ fn message_for_hand_on(hand_on: &crate::pipeline::HandOn) -> SqsMessage {
     message.body = Some(hand_on.to_body());
     message
 }
+
+/// A bus on which another writer overwrites `in/a.bin` just before each
+/// event is recorded: the window between a roots-only pipeline's
+/// reconcile and its PutEvents.
+#[derive(Debug)]
+struct OverwritingBus {
+    objects: Arc<InMemoryObjects>,
+    inner: Arc<crate::bus::RecordingBus>,
+}
+
+#[async_trait::async_trait]
+impl crate::bus::BusClient for OverwritingBus {
+    async fn put_event(&self, event: &crate::bus::BusEvent) -> Result<(), crate::bus::PublishError> {
+        self.objects.insert("in", "a.bin", b"the bytes after", true);
+        crate::bus::BusClient::put_event(&self.inner, event).await
+    }
+}
+
+/// Suspected in issue 41: a roots-only pipeline publishes without heading
+/// the version again after its reconcile. No HEAD could close that window
+/// (an overwrite can follow any HEAD); the event stays true all the same:
+/// it names the ETag it was made for, its outputs are there (kept for the
+/// grace after the overwrite's release), and the overwrite's own create
+/// brings an event of its own.
+#[tokio::test]
+async fn an_event_overtaken_by_an_overwrite_names_the_bytes_it_was_made_for() {
+    let steps = StepRegistry::builtin();
+    let vars = HashMap::from([
+        ("MEDIAONCE_TABLE", "jobs"),
+        ("MEDIAONCE_OUTPUT_BUCKET", "out"),
+        ("MEDIAONCE_EVENT_BUS", "media"),
+    ]);
+    let config = Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
+    let objects = InMemoryObjects::new();
+    let recorded = Arc::new(crate::bus::RecordingBus::default());
+    let bus = OverwritingBus {
+        objects: objects.clone(),
+        inner: recorded.clone(),
+    };
+    let app = Arc::new(
+        App::new(
+            config,
+            Ledger::new(InMemoryTable::new("jobs")),
+            ObjectStore::new(objects.clone()),
+            Queue::new(Arc::new(RecordingQueue::default())),
+        )
+        .with_bus(crate::bus::Bus::new(bus)),
+    );
+    let before = objects.insert("in", "a.bin", b"the bytes before", true);
+    handle(&app, vec![message("1", "a.bin", &before)]).await;
+    // The same bytes' ETag, as the in-memory store gives it.
+    let after = objects.insert("elsewhere", "a.bin", b"the bytes after", true);
+    assert_ne!(after, before, "overwritten before the event was recorded");
+    let first: serde_json::Value = serde_json::from_str(&recorded.events()[0].detail).unwrap();
+    assert_eq!(first["eTag"], before.as_str());
+    assert_eq!(first["inputHash"], sha256_hex(b"the bytes before"));
+    let prefix = first["jobs"][0]["outputPrefix"].as_str().unwrap();
+    let key = prefix.trim_start_matches("s3://out/");
+    assert!(!objects.keys("out", key).is_empty(), "its outputs are there");
+
+    // The overwrite's own create: its own event, naming the new bytes; the
+    // old job, released, keeps its outputs for the grace.
+    handle(&app, vec![message("2", "a.bin", &after)]).await;
+    let second: serde_json::Value = serde_json::from_str(&recorded.events()[1].detail).unwrap();
+    assert_eq!(second["eTag"], after.as_str());
+    assert_eq!(second["inputHash"], sha256_hex(b"the bytes after"));
+    assert!(!objects.keys("out", key).is_empty(), "kept for the grace");
+}
