@@ -60,6 +60,7 @@ pub mod backfill;
 pub mod bus;
 pub mod config;
 pub mod error;
+pub mod executions;
 pub mod fingerprint;
 pub mod identity;
 pub mod key;

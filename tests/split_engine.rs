@@ -10,8 +10,12 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use aws_sdk_sfn::types::{ExecutionStatus, StateMachineType};
+use aws_sdk_sfn::types::StateMachineType;
 use common::{receive_from, unique};
+use mediaonce::executions::{
+    ExecutionClient, ExecutionErrorKind, ExecutionStatus, InMemoryExecutions, SfnExecutions,
+    TaskAnswer,
+};
 use serde_json::{json, Value};
 
 const DEFINITION: &str = include_str!("../statemachine/hls-split.asl.json");
@@ -81,6 +85,7 @@ impl Engine {
         execution: &str,
         mut answer: impl FnMut(u64, usize) -> Result<Value, &'static str>,
     ) -> (ExecutionStatus, Asked) {
+        let executions = SfnExecutions::new(self.sfn.clone());
         let mut asked = Asked::default();
         // LocalStack 2026.3 loses an answer that comes before it arms a
         // task's heartbeat (`_wait_for_task_token_heartbeat` waits for the
@@ -91,21 +96,16 @@ impl Engine {
         // answer to a task that ended changes nothing).
         let mut last: Vec<(String, Result<Value, &'static str>)> = Vec::new();
         for _poll in 0..120 {
-            let status = self
-                .sfn
-                .describe_execution()
-                .execution_arn(execution)
-                .send()
-                .await
-                .unwrap()
-                .status;
-            if status != ExecutionStatus::Running {
-                return (status, asked);
+            let status = executions.describe_execution(execution).await.unwrap();
+            match status {
+                Some(ExecutionStatus::Running) => {}
+                Some(status) => return (status, asked),
+                None => panic!("no execution {execution}"),
             }
             let messages = receive_from(&self.sqs, &self.queue_url).await;
             if messages.is_empty() {
                 for (token, result) in &last {
-                    self.answer(token, result.clone()).await;
+                    reply(&executions, token, result.clone()).await;
                 }
                 continue;
             }
@@ -130,7 +130,7 @@ impl Engine {
                     }
                     other => panic!("a task of kind {other}"),
                 };
-                self.answer(&token, result.clone()).await;
+                reply(&executions, &token, result.clone()).await;
                 last.push((token, result));
                 self.sqs
                     .delete_message()
@@ -144,32 +144,6 @@ impl Engine {
         panic!("the execution did not end: {asked:?}");
     }
 
-    /// SendTaskSuccess with `Ok`'s output, or SendTaskFailure with `Err`'s
-    /// error; a token that ended already is refused, and that is fine.
-    async fn answer(&self, token: &str, result: Result<Value, &'static str>) {
-        let _ = match result {
-            Ok(output) => self
-                .sfn
-                .send_task_success()
-                .task_token(token)
-                .output(output.to_string())
-                .send()
-                .await
-                .map(|_| ())
-                .map_err(|e| format!("{e:?}")),
-            Err(error) => self
-                .sfn
-                .send_task_failure()
-                .task_token(token)
-                .error(error)
-                .cause("injected")
-                .send()
-                .await
-                .map(|_| ())
-                .map_err(|e| format!("{e:?}")),
-        };
-    }
-
     async fn start(&self, name: &str, input: &str) -> String {
         self.sfn
             .start_execution()
@@ -181,6 +155,20 @@ impl Engine {
             .unwrap()
             .execution_arn
     }
+}
+
+/// SendTaskSuccess with `Ok`'s output, or SendTaskFailure with `Err`'s
+/// error, through the function's own client; a token whose task ended
+/// is refused, and that is fine.
+async fn reply(executions: &SfnExecutions, token: &str, result: Result<Value, &'static str>) {
+    let _ = match result {
+        Ok(output) => {
+            executions
+                .send_task_success(token, &output.to_string())
+                .await
+        }
+        Err(error) => executions.send_task_failure(token, error, "injected").await,
+    };
 }
 
 #[tokio::test]
@@ -250,4 +238,84 @@ async fn a_chunk_that_fails_for_good_ends_the_execution_through_the_failure_task
         .await
         .unwrap();
     assert_eq!(described.error(), Some("mediaonce.Unprocessable"));
+}
+
+/// The contract both execution clients keep (`mediaonce::executions`):
+/// a start repeated with the same name and input is the same execution,
+/// with other input it is refused as `AlreadyExists`; an execution that
+/// does not exist is `None`; a token no task holds is `TaskGone`.
+async fn keeps_the_execution_contract(client: &dyn ExecutionClient, machine: &str, input: &str) {
+    let name = unique("contract");
+    let arn = client.start_execution(machine, &name, input).await.unwrap();
+    assert!(arn.ends_with(&format!(":{name}")), "{arn}");
+    assert_eq!(
+        client.start_execution(machine, &name, input).await.unwrap(),
+        arn
+    );
+    let other = client
+        .start_execution(
+            machine,
+            &name,
+            &input.replace("\"attempt\":1", "\"attempt\":2"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(other.kind, ExecutionErrorKind::AlreadyExists, "{other}");
+    assert_eq!(
+        client.describe_execution(&arn).await.unwrap(),
+        Some(ExecutionStatus::Running)
+    );
+    let missing = arn.replace(&name, "never-started");
+    assert_eq!(client.describe_execution(&missing).await.unwrap(), None);
+    for err in [
+        client
+            .send_task_success("no-such-token", "{}")
+            .await
+            .unwrap_err(),
+        client
+            .send_task_failure("no-such-token", "mediaonce.Transient", "test")
+            .await
+            .unwrap_err(),
+        client
+            .send_task_heartbeat("no-such-token")
+            .await
+            .unwrap_err(),
+    ] {
+        assert_eq!(err.kind, ExecutionErrorKind::TaskGone, "{err}");
+    }
+}
+
+#[tokio::test]
+async fn step_functions_and_the_in_memory_twin_keep_the_execution_contract() {
+    let engine = engine().await;
+    let input = input(&engine, &"c".repeat(64), 1);
+    let sfn = SfnExecutions::new(engine.sfn.clone());
+    keeps_the_execution_contract(&sfn, &engine.machine, &input).await;
+    let twin = InMemoryExecutions::default();
+    keeps_the_execution_contract(
+        &twin,
+        "arn:aws:states:us-east-1:000000000000:stateMachine:hls-split",
+        &input,
+    )
+    .await;
+
+    // What only the twin can show here (LocalStack takes a second answer
+    // to a task that ended): a token is answered once, heartbeats counted.
+    twin.issue_task("t1");
+    twin.send_task_heartbeat("t1").await.unwrap();
+    twin.send_task_success("t1", "{\"index\":0}").await.unwrap();
+    assert_eq!(twin.heartbeats_of("t1"), 1);
+    assert_eq!(
+        twin.send_task_failure("t1", "mediaonce.Transient", "late")
+            .await
+            .unwrap_err()
+            .kind,
+        ExecutionErrorKind::TaskGone
+    );
+    assert_eq!(
+        twin.answer_of("t1"),
+        Some(TaskAnswer::Success {
+            output: "{\"index\":0}".into()
+        })
+    );
 }

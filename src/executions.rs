@@ -1,0 +1,437 @@
+//! Step Functions executions: the calls mediaonce makes to run a long
+//! video's split as an execution of `statemachine/hls-split.asl.json`
+//! (issue 38; DESIGN.md, "Chunked HLS"). One trait, one async method per
+//! call: [`SfnExecutions`] on AWS, [`InMemoryExecutions`] for tests and
+//! local runs, keeping Step Functions' rules that the split leans on:
+//!
+//! - an execution's name is unique per state machine: a start with the
+//!   name and input of an execution returns that execution, and with other
+//!   input is refused ([`ExecutionErrorKind::AlreadyExists`]), so a start
+//!   repeated by a redelivery starts nothing twice;
+//! - a task token is answered once: an answer to a task that ended (or
+//!   never was) is refused ([`ExecutionErrorKind::TaskGone`]), which a
+//!   worker answering late takes as done.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use crate::aws::describe_error;
+use crate::error::ErrorKind;
+
+/// Where an execution is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecutionStatus {
+    Running,
+    Succeeded,
+    Failed,
+    TimedOut,
+    Aborted,
+}
+
+/// What kind of refusal an execution call met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecutionErrorKind {
+    /// `ExecutionAlreadyExists`: the name is taken by an execution with
+    /// other input.
+    AlreadyExists,
+    /// The task ended already, or its token was never issued
+    /// (`TaskTimedOut`, `TaskDoesNotExist`, `InvalidToken`).
+    TaskGone,
+    /// Throttled, a 5xx, a timeout: worth trying again.
+    Transient,
+    /// Anything else: denied, invalid, malformed.
+    Other,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{call} failed: {message}")]
+pub struct ExecutionError {
+    /// The call, for example `StartExecution`.
+    pub call: &'static str,
+    pub message: String,
+    pub kind: ExecutionErrorKind,
+}
+
+/// The Step Functions calls mediaonce makes.
+#[async_trait::async_trait]
+pub trait ExecutionClient: Send + Sync + std::fmt::Debug {
+    /// StartExecution of `machine_arn` named `name` with `input` (JSON
+    /// text): the execution's ARN, the same for a start repeated with the
+    /// same name and input.
+    async fn start_execution(
+        &self,
+        machine_arn: &str,
+        name: &str,
+        input: &str,
+    ) -> Result<String, ExecutionError>;
+
+    /// DescribeExecution: its status, `None` when there is no such
+    /// execution.
+    async fn describe_execution(
+        &self,
+        execution_arn: &str,
+    ) -> Result<Option<ExecutionStatus>, ExecutionError>;
+
+    /// SendTaskSuccess with `output` (JSON text).
+    async fn send_task_success(&self, token: &str, output: &str) -> Result<(), ExecutionError>;
+
+    /// SendTaskFailure with an error name (the definition's `Retry` and
+    /// `Catch` match on it) and a cause for people.
+    async fn send_task_failure(
+        &self,
+        token: &str,
+        error: &str,
+        cause: &str,
+    ) -> Result<(), ExecutionError>;
+
+    /// SendTaskHeartbeat: the task's worker is alive.
+    async fn send_task_heartbeat(&self, token: &str) -> Result<(), ExecutionError>;
+}
+
+/// The kind of a Step Functions error, by its code (then its HTTP status).
+/// Pure.
+pub fn error_kind(status: u16, code: Option<&str>) -> ExecutionErrorKind {
+    match code {
+        Some("ExecutionAlreadyExists") => ExecutionErrorKind::AlreadyExists,
+        Some("TaskTimedOut" | "TaskDoesNotExist" | "InvalidToken") => ExecutionErrorKind::TaskGone,
+        _ => match ErrorKind::of_response(status, code) {
+            ErrorKind::Transient => ExecutionErrorKind::Transient,
+            _ => ExecutionErrorKind::Other,
+        },
+    }
+}
+
+/// Step Functions.
+#[derive(Debug, Clone)]
+pub struct SfnExecutions {
+    client: aws_sdk_sfn::Client,
+}
+
+impl SfnExecutions {
+    pub fn new(client: aws_sdk_sfn::Client) -> Self {
+        SfnExecutions { client }
+    }
+}
+
+fn sdk_error<E, R>(
+    call: &'static str,
+    err: &aws_smithy_runtime_api::client::result::SdkError<E, R>,
+) -> ExecutionError
+where
+    E: aws_smithy_types::error::metadata::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug + crate::aws::HasStatus,
+{
+    use aws_smithy_runtime_api::client::result::SdkError;
+    let kind = match err {
+        SdkError::ServiceError(service) => {
+            error_kind(service.raw().status_code(), service.err().code())
+        }
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => ExecutionErrorKind::Transient,
+        SdkError::ResponseError(response) => error_kind(response.raw().status_code(), None),
+        _ => ExecutionErrorKind::Other,
+    };
+    ExecutionError {
+        call,
+        message: describe_error(err),
+        kind,
+    }
+}
+
+#[async_trait::async_trait]
+impl ExecutionClient for SfnExecutions {
+    async fn start_execution(
+        &self,
+        machine_arn: &str,
+        name: &str,
+        input: &str,
+    ) -> Result<String, ExecutionError> {
+        self.client
+            .start_execution()
+            .state_machine_arn(machine_arn)
+            .name(name)
+            .input(input)
+            .send()
+            .await
+            .map(|out| out.execution_arn)
+            .map_err(|err| sdk_error("StartExecution", &err))
+    }
+
+    async fn describe_execution(
+        &self,
+        execution_arn: &str,
+    ) -> Result<Option<ExecutionStatus>, ExecutionError> {
+        use aws_sdk_sfn::types::ExecutionStatus as Sdk;
+        match self
+            .client
+            .describe_execution()
+            .execution_arn(execution_arn)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(Some(match out.status {
+                Sdk::Running | Sdk::PendingRedrive => ExecutionStatus::Running,
+                Sdk::Succeeded => ExecutionStatus::Succeeded,
+                Sdk::TimedOut => ExecutionStatus::TimedOut,
+                Sdk::Aborted => ExecutionStatus::Aborted,
+                _ => ExecutionStatus::Failed,
+            })),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_execution_does_not_exist()) =>
+            {
+                Ok(None)
+            }
+            Err(err) => Err(sdk_error("DescribeExecution", &err)),
+        }
+    }
+
+    async fn send_task_success(&self, token: &str, output: &str) -> Result<(), ExecutionError> {
+        self.client
+            .send_task_success()
+            .task_token(token)
+            .output(output)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|err| sdk_error("SendTaskSuccess", &err))
+    }
+
+    async fn send_task_failure(
+        &self,
+        token: &str,
+        error: &str,
+        cause: &str,
+    ) -> Result<(), ExecutionError> {
+        self.client
+            .send_task_failure()
+            .task_token(token)
+            .error(error)
+            .cause(cause)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|err| sdk_error("SendTaskFailure", &err))
+    }
+
+    async fn send_task_heartbeat(&self, token: &str) -> Result<(), ExecutionError> {
+        self.client
+            .send_task_heartbeat()
+            .task_token(token)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|err| sdk_error("SendTaskHeartbeat", &err))
+    }
+}
+
+/// A task's answer, as [`InMemoryExecutions`] records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskAnswer {
+    Success { output: String },
+    Failure { error: String, cause: String },
+}
+
+#[derive(Debug, Default)]
+struct Machines {
+    /// Executions by ARN: their input and status.
+    executions: BTreeMap<String, (String, ExecutionStatus)>,
+    /// Tasks by token: their heartbeats, and the answer once given.
+    tasks: BTreeMap<String, (u64, Option<TaskAnswer>)>,
+}
+
+/// Step Functions in memory: starts and answers recorded under Step
+/// Functions' rules (a name is one execution; a token is answered once).
+/// A test drives the executions: it issues the tokens a state machine
+/// would ([`InMemoryExecutions::issue_task`]) and ends executions
+/// ([`InMemoryExecutions::end`]).
+#[derive(Debug, Default)]
+pub struct InMemoryExecutions {
+    machines: Mutex<Machines>,
+}
+
+impl InMemoryExecutions {
+    fn machines(&self) -> std::sync::MutexGuard<'_, Machines> {
+        self.machines.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The ARN Step Functions gives an execution of `machine_arn` named
+    /// `name` (`arn:...:stateMachine:M` → `arn:...:execution:M:name`).
+    pub fn execution_arn(machine_arn: &str, name: &str) -> String {
+        format!(
+            "{}:{name}",
+            machine_arn.replacen(":stateMachine:", ":execution:", 1)
+        )
+    }
+
+    /// The executions started, by ARN, with their input.
+    pub fn started(&self) -> BTreeMap<String, String> {
+        self.machines()
+            .executions
+            .iter()
+            .map(|(arn, (input, _))| (arn.clone(), input.clone()))
+            .collect()
+    }
+
+    /// A task the state machine starts: its token can be answered once.
+    pub fn issue_task(&self, token: &str) {
+        self.machines().tasks.insert(token.to_string(), (0, None));
+    }
+
+    /// The answer `token` got, if any.
+    pub fn answer_of(&self, token: &str) -> Option<TaskAnswer> {
+        self.machines()
+            .tasks
+            .get(token)
+            .and_then(|(_, a)| a.clone())
+    }
+
+    /// The heartbeats `token` got.
+    pub fn heartbeats_of(&self, token: &str) -> u64 {
+        self.machines().tasks.get(token).map_or(0, |(n, _)| *n)
+    }
+
+    /// Ends an execution with `status`, as its state machine would.
+    pub fn end(&self, execution_arn: &str, status: ExecutionStatus) {
+        if let Some(execution) = self.machines().executions.get_mut(execution_arn) {
+            execution.1 = status;
+        }
+    }
+
+    fn answer(
+        &self,
+        call: &'static str,
+        token: &str,
+        answer: TaskAnswer,
+    ) -> Result<(), ExecutionError> {
+        match self.machines().tasks.get_mut(token) {
+            Some((_, slot @ None)) => {
+                *slot = Some(answer);
+                Ok(())
+            }
+            _ => Err(task_gone(call, token)),
+        }
+    }
+}
+
+fn task_gone(call: &'static str, token: &str) -> ExecutionError {
+    ExecutionError {
+        call,
+        message: format!("TaskTimedOut: the task of token {token} is not running"),
+        kind: ExecutionErrorKind::TaskGone,
+    }
+}
+
+#[async_trait::async_trait]
+impl ExecutionClient for InMemoryExecutions {
+    async fn start_execution(
+        &self,
+        machine_arn: &str,
+        name: &str,
+        input: &str,
+    ) -> Result<String, ExecutionError> {
+        let arn = Self::execution_arn(machine_arn, name);
+        let mut machines = self.machines();
+        match machines.executions.get(&arn) {
+            Some((started, _)) if started != input => Err(ExecutionError {
+                call: "StartExecution",
+                message: format!("ExecutionAlreadyExists: Execution Already Exists: '{arn}'"),
+                kind: ExecutionErrorKind::AlreadyExists,
+            }),
+            Some(_) => Ok(arn),
+            None => {
+                machines
+                    .executions
+                    .insert(arn.clone(), (input.to_string(), ExecutionStatus::Running));
+                Ok(arn)
+            }
+        }
+    }
+
+    async fn describe_execution(
+        &self,
+        execution_arn: &str,
+    ) -> Result<Option<ExecutionStatus>, ExecutionError> {
+        Ok(self
+            .machines()
+            .executions
+            .get(execution_arn)
+            .map(|(_, status)| *status))
+    }
+
+    async fn send_task_success(&self, token: &str, output: &str) -> Result<(), ExecutionError> {
+        self.answer(
+            "SendTaskSuccess",
+            token,
+            TaskAnswer::Success {
+                output: output.to_string(),
+            },
+        )
+    }
+
+    async fn send_task_failure(
+        &self,
+        token: &str,
+        error: &str,
+        cause: &str,
+    ) -> Result<(), ExecutionError> {
+        self.answer(
+            "SendTaskFailure",
+            token,
+            TaskAnswer::Failure {
+                error: error.to_string(),
+                cause: cause.to_string(),
+            },
+        )
+    }
+
+    async fn send_task_heartbeat(&self, token: &str) -> Result<(), ExecutionError> {
+        match self.machines().tasks.get_mut(token) {
+            Some((beats, None)) => {
+                *beats += 1;
+                Ok(())
+            }
+            _ => Err(task_gone("SendTaskHeartbeat", token)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_told_apart_by_their_codes() {
+        assert_eq!(
+            error_kind(400, Some("ExecutionAlreadyExists")),
+            ExecutionErrorKind::AlreadyExists
+        );
+        for code in ["TaskTimedOut", "TaskDoesNotExist", "InvalidToken"] {
+            assert_eq!(
+                error_kind(400, Some(code)),
+                ExecutionErrorKind::TaskGone,
+                "{code}"
+            );
+        }
+        assert_eq!(
+            error_kind(400, Some("ThrottlingException")),
+            ExecutionErrorKind::Transient
+        );
+        assert_eq!(error_kind(503, None), ExecutionErrorKind::Transient);
+        assert_eq!(
+            error_kind(400, Some("InvalidArn")),
+            ExecutionErrorKind::Other
+        );
+    }
+
+    #[test]
+    fn execution_arns_follow_the_machines() {
+        assert_eq!(
+            InMemoryExecutions::execution_arn(
+                "arn:aws:states:us-east-1:123456789012:stateMachine:hls-split",
+                "k-1"
+            ),
+            "arn:aws:states:us-east-1:123456789012:execution:hls-split:k-1"
+        );
+    }
+}
