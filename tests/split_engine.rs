@@ -3,8 +3,9 @@
 //! with the test acting as the chunk function (receiving each task's
 //! message from the chunk queue and answering with its task token). A
 //! Map of chunk tasks (one retried after a transient failure), then the
-//! join; the same name and input start the same execution; a chunk that
-//! fails for good ends the execution through the failure task.
+//! join, then the announcement; the same name and input start the same
+//! execution; a chunk that fails for good ends the execution through the
+//! failure task and its announcement, its cause naming the chunk.
 
 mod common;
 
@@ -72,8 +73,13 @@ fn input(engine: &Engine, job: &str, spans: usize) -> String {
 #[derive(Default, Debug)]
 struct Asked {
     chunks: BTreeMap<u64, usize>,
+    /// The spans each join was given.
     joins: Vec<Value>,
     failures: Vec<Value>,
+    /// The outcome each announcement was given.
+    announced: Vec<String>,
+    /// Every task's `execution`.
+    executions: Vec<String>,
 }
 
 impl Engine {
@@ -113,6 +119,9 @@ impl Engine {
             for message in messages {
                 let body: Value = serde_json::from_str(message.body().unwrap()).unwrap();
                 let token = body["taskToken"].as_str().unwrap().to_string();
+                asked
+                    .executions
+                    .push(body["execution"].as_str().unwrap_or_default().to_string());
                 let result = match body["mediaonce"].as_str().unwrap() {
                     "hls-chunk/2" => {
                         let index = body["span"]["index"].as_u64().unwrap();
@@ -121,8 +130,14 @@ impl Engine {
                         answer(index, *seen)
                     }
                     "hls-join/2" => {
-                        asked.joins.push(body["chunks"].clone());
-                        Ok(json!({"joined": true}))
+                        asked.joins.push(body["spans"].clone());
+                        Ok(json!({}))
+                    }
+                    "hls-end/2" => {
+                        asked
+                            .announced
+                            .push(body["outcome"].as_str().unwrap().to_string());
+                        Ok(json!({}))
                     }
                     "hls-failed/2" => {
                         asked.failures.push(body["failure"].clone());
@@ -196,7 +211,7 @@ async fn chunks_fan_out_a_transient_failure_is_retried_and_the_join_gets_them_in
     let (status, asked) = engine
         .drive(&execution, |index, seen| match (index, seen) {
             (1, 1) => Err("mediaonce.Transient"),
-            (index, _) => Ok(json!({"index": index, "segments": 30})),
+            _ => Ok(json!({})),
         })
         .await;
     assert_eq!(status, ExecutionStatus::Succeeded, "{asked:?}");
@@ -206,10 +221,15 @@ async fn chunks_fan_out_a_transient_failure_is_retried_and_the_join_gets_them_in
         .as_array()
         .unwrap()
         .iter()
-        .map(|chunk| chunk["index"].as_u64().unwrap())
+        .map(|span| span["index"].as_u64().unwrap())
         .collect();
-    assert_eq!(indexes, [0, 1, 2], "the Map's results, in span order");
+    assert_eq!(indexes, [0, 1, 2], "the join is given every span, in order");
     assert!(asked.failures.is_empty());
+    assert_eq!(asked.announced, ["joined"]);
+    assert!(
+        asked.executions.iter().all(|e| *e == execution),
+        "every task names its execution: {asked:?}"
+    );
 }
 
 #[tokio::test]
@@ -222,7 +242,7 @@ async fn a_chunk_that_fails_for_good_ends_the_execution_through_the_failure_task
     let (status, asked) = engine
         .drive(&execution, |index, _| match index {
             2 => Err("mediaonce.Unprocessable"),
-            index => Ok(json!({"index": index})),
+            _ => Ok(json!({})),
         })
         .await;
     assert_eq!(status, ExecutionStatus::Failed, "{asked:?}");
@@ -230,6 +250,9 @@ async fn a_chunk_that_fails_for_good_ends_the_execution_through_the_failure_task
     assert!(asked.joins.is_empty());
     assert_eq!(asked.failures.len(), 1, "{asked:?}");
     assert_eq!(asked.failures[0]["Error"], "mediaonce.Unprocessable");
+    let cause = asked.failures[0]["Cause"].as_str().unwrap();
+    assert!(cause.starts_with("chunk 2 (120000 ms on): "), "{cause}");
+    assert_eq!(asked.announced, ["failed"], "the failure is announced too");
     let described = engine
         .sfn
         .describe_execution()
