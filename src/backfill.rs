@@ -140,7 +140,7 @@ async fn send_batch(
                     // again within SQS's five minutes sends each once.
                     entry = entry
                         .message_group_id(message_group(bucket, key))
-                        .message_deduplication_id(deduplication_id(body));
+                        .message_deduplication_id(deduplication_id("backfill", body));
                 }
                 entry.build().map_err(|e| e.to_string())
             })

@@ -5,12 +5,15 @@
 //! visibility timeout (at least 6x the function timeout), often far later
 //! than the holder needs.
 //!
-//! Every message mediaonce sends names the object it is about: sent to a
-//! FIFO queue (`.fifo`), that object is its `MessageGroupId` (one object's
+//! Every message mediaonce sends ([`Outgoing`]) names its message group
+//! (the object it is about; a chunk, its own) and what caused it. Sent to
+//! a FIFO queue (`.fifo`), the group is its `MessageGroupId` (one object's
 //! messages stay in order, as its notifications are when they come
-//! through a FIFO queue) and the SHA-256 of its body its
-//! `MessageDeduplicationId` (a send repeated by a redelivery of the
-//! message that caused it, within SQS's five minutes, is one message).
+//! through a FIFO queue) and the SHA-256 of its cause and body its
+//! `MessageDeduplicationId`: a send repeated within SQS's five minutes
+//! (the SDK retrying one whose answer was lost) is one message, and two
+//! messages with one body but different causes (a version handed on by a
+//! walk, then again by a split's end) are both delivered.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,11 +89,21 @@ pub fn message_group(bucket: &str, key: &str) -> String {
     }
 }
 
-/// The `MessageDeduplicationId` of a body sent to a FIFO queue: its
-/// SHA-256, so that the same message sent twice (a redelivery of the
-/// message that sent it) is delivered once. Pure.
-pub fn deduplication_id(body: &str) -> String {
-    crate::key::sha256_hex(body.as_bytes())
+/// The `MessageDeduplicationId` of a message sent to a FIFO queue: the
+/// SHA-256 of what caused it and its body. Pure.
+pub fn deduplication_id(cause: &str, body: &str) -> String {
+    crate::key::sha256_hex(format!("{cause}\n{body}").as_bytes())
+}
+
+/// A message mediaonce sends.
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    pub body: &'a str,
+    /// Its FIFO message group ([`message_group`]).
+    pub group: &'a str,
+    /// What caused it (the message that walked, a split's owner): with
+    /// the body, its FIFO deduplication id.
+    pub cause: &'a str,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,9 +116,8 @@ pub struct SendError {
 /// The queue calls mediaonce makes.
 #[async_trait::async_trait]
 pub trait QueueClient: Send + Sync + std::fmt::Debug {
-    /// SendMessage: `body` is a new message on the queue, about the object
-    /// whose [`message_group`] is `group` (its group on a FIFO queue).
-    async fn send(&self, queue_url: &str, body: &str, group: &str) -> Result<(), SendError>;
+    /// SendMessage: a new message on the queue.
+    async fn send(&self, queue_url: &str, message: &Outgoing<'_>) -> Result<(), SendError>;
 
     /// ChangeMessageVisibility: the received message is visible again in `seconds`.
     async fn change_visibility(
@@ -134,9 +146,9 @@ impl Queue {
         Queue::new(SqsQueue { client })
     }
 
-    /// Sends a new message about the object `group` names ([`message_group`]).
-    pub async fn send(&self, queue_url: &str, body: &str, group: &str) -> Result<(), SendError> {
-        self.client.send(queue_url, body, group).await
+    /// Sends a new message.
+    pub async fn send(&self, queue_url: &str, message: &Outgoing<'_>) -> Result<(), SendError> {
+        self.client.send(queue_url, message).await
     }
 
     /// Makes a received message visible again in `seconds`.
@@ -160,16 +172,16 @@ pub struct SqsQueue {
 
 #[async_trait::async_trait]
 impl QueueClient for SqsQueue {
-    async fn send(&self, queue_url: &str, body: &str, group: &str) -> Result<(), SendError> {
+    async fn send(&self, queue_url: &str, message: &Outgoing<'_>) -> Result<(), SendError> {
         let mut request = self
             .client
             .send_message()
             .queue_url(queue_url)
-            .message_body(body);
+            .message_body(message.body);
         if is_fifo_queue(queue_url) {
             request = request
-                .message_group_id(group)
-                .message_deduplication_id(deduplication_id(body));
+                .message_group_id(message.group)
+                .message_deduplication_id(deduplication_id(message.cause, message.body));
         }
         request.send().await.map(|_| ()).map_err(|err| SendError {
             queue_url: queue_url.to_string(),
@@ -249,15 +261,15 @@ impl RecordingQueue {
 
 #[async_trait::async_trait]
 impl QueueClient for Arc<RecordingQueue> {
-    async fn send(&self, queue_url: &str, body: &str, group: &str) -> Result<(), SendError> {
+    async fn send(&self, queue_url: &str, message: &Outgoing<'_>) -> Result<(), SendError> {
         self.sent
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((queue_url.to_string(), body.to_string()));
+            .push((queue_url.to_string(), message.body.to_string()));
         self.groups
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(group.to_string());
+            .push(message.group.to_string());
         Ok(())
     }
 
@@ -321,7 +333,8 @@ mod tests {
         assert_ne!(message_group("in", "a b"), message_group("in2", "a b"));
         assert!(is_fifo_queue("https://sqs.r.amazonaws.com/1/jobs.fifo"));
         assert!(!is_fifo_queue("https://sqs.r.amazonaws.com/1/jobs"));
-        assert_eq!(deduplication_id("x").len(), 64);
+        assert_eq!(deduplication_id("m1", "x").len(), 64);
+        assert_ne!(deduplication_id("m1", "x"), deduplication_id("m2", "x"));
     }
 
     #[test]

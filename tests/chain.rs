@@ -317,11 +317,11 @@ const AVIF_CHAIN: &str = r#"[{"name": "small", "step": "thumbnail", "version": 1
      "input": {"recipe": "small", "file": "thumb-32.jpg"}}]"#;
 
 /// Issue 41, defect 4: a hand-on to a FIFO job queue carries the object as
-/// its `MessageGroupId` and the SHA-256 of its body as its deduplication
-/// id (the queue has no content-based deduplication): LocalStack refused
-/// it before (`MissingParameter`), and the chained job was deferred. The
-/// same hand-on sent again (a redelivery of the upload's message that
-/// crashed before its acknowledgement) is delivered once.
+/// its `MessageGroupId` and the SHA-256 of its cause (the message that
+/// walked) and body as its deduplication id (the queue has no
+/// content-based deduplication): LocalStack refused it before
+/// (`MissingParameter`), and the chained job was deferred. The same
+/// message walked twice within SQS's five minutes sends one hand-on.
 #[tokio::test]
 async fn a_hand_on_to_a_fifo_queue_is_in_the_objects_group_and_sent_once() {
     let p = avif_pipeline().await;
@@ -494,11 +494,11 @@ async fn a_chained_job_no_invocation_can_fit_fails_for_good_with_an_event() {
 }
 
 /// Issue 41: a pipeline handed on `MAX_HAND_ONS` times hands on no more:
-/// its message comes back (the dead-letter queue ends a pipeline that
-/// never gets its time); one handed on fewer times hands on with the count
-/// one higher.
+/// the jobs it would hand on are refused for good (`poisoned`, terminal:
+/// the failure event ends the pipeline, the message goes to the DLQ); one
+/// handed on fewer times hands on with the count one higher.
 #[tokio::test]
-async fn hand_ons_stop_at_the_cap_and_the_message_comes_back() {
+async fn hand_ons_stop_at_the_cap_and_the_pipeline_ends() {
     let p = avif_pipeline().await;
     let put = p.put("a.png", &noise_png(64, 48, 13), true).await;
     p.receive(1).await;
@@ -517,7 +517,7 @@ async fn hand_ons_stop_at_the_cap_and_the_message_comes_back() {
     };
     let at_cap = p.send_raw(&hand_on(MAX_HAND_ONS)).await;
     let report = handle_before(p.app.clone(), vec![at_cap], p.app.now_ms() + 20_000).await;
-    assert_eq!(outcomes(&report)[1].1, Outcome::Deferred, "{report:?}");
+    assert_eq!(outcomes(&report)[1].1, Outcome::Poisoned, "{report:?}");
     assert_eq!(report.response().batch_item_failures.len(), 1);
     assert!(p.receive_batch().await.is_empty(), "nothing handed on");
 

@@ -99,3 +99,55 @@ async fn a_failure_holds_back_the_rest_of_its_group_only() {
         .unwrap()
         .contains("earlier message of its FIFO group"));
 }
+
+/// Issue 41 (a review): what mediaonce sends to a FIFO queue is
+/// deduplicated by its cause and body, not its body alone. A hand-on's
+/// body repeats (a version handed on by a walk, then by a split's end,
+/// `handOns: 1` both times), and deduplicating by the body dropped the
+/// second, leaving the version without its event. The same cause and body
+/// twice (a send retried) is one message.
+#[tokio::test]
+async fn messages_to_a_fifo_queue_are_one_per_cause_and_body() {
+    let p = Pipeline::new(Options::default()).await;
+    let fifo_url = p
+        .sqs
+        .create_queue()
+        .queue_name(format!("{}.fifo", unique("sent")))
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let queue = mediaonce::queue::Queue::sqs(p.sqs.clone());
+    let body = r#"{"mediaonce":"pipeline/1","bucket":"in","key":"a.mp4","versionId":null,"eTag":"e","size":1,"recipes":["hls"],"handOns":1}"#;
+    let group = mediaonce::queue::message_group("in", "a.mp4");
+    for cause in [
+        "walk-of-message-1",
+        "walk-of-message-1",
+        "end-of-split-owner-7",
+    ] {
+        let message = mediaonce::queue::Outgoing {
+            body,
+            group: &group,
+            cause,
+        };
+        queue.send(&fifo_url, &message).await.unwrap();
+    }
+    let mut delivered = 0;
+    for _ in 0..5 {
+        let got = receive_from(&p.sqs, &fifo_url).await;
+        for message in &got {
+            assert_eq!(message.body(), Some(body));
+            p.sqs
+                .delete_message()
+                .queue_url(&fifo_url)
+                .receipt_handle(message.receipt_handle().unwrap())
+                .send()
+                .await
+                .unwrap();
+        }
+        delivered += got.len();
+    }
+    assert_eq!(delivered, 2, "one per cause");
+}

@@ -30,6 +30,7 @@ pub async fn handle_batch(app: Arc<App>, event: SqsEvent, invocation: Invocation
     // included (a spawned task does not inherit the caller's span).
     let span = tracing::info_span!("batch", request_id = %invocation.request_id);
     async move {
+        app.invoked(&invocation);
         let before = app.usage_so_far();
         let mut report = run_batch(app.clone(), event, invocation).await;
         report.usage = app.usage_so_far().since(&before);

@@ -278,10 +278,10 @@ impl<'a> Downstream<'a> {
     }
 
     /// One hand-on message for the jobs with no time left here, asked
-    /// for (their reports say `handed-on`); or, with no queue to hand on
-    /// to or [`MAX_HAND_ONS`] reached, none (they are deferred: the
-    /// message comes back, and the dead-letter queue ends a pipeline that
-    /// never gets its time).
+    /// for (their reports say `handed-on`); or none: with no queue to hand
+    /// on to they are deferred (the message comes back), and at
+    /// [`MAX_HAND_ONS`] refused for good (`poisoned`: the failure event
+    /// ends the pipeline).
     fn hand_on(&self, jobs: &[(&RecipeRule, String)]) -> (Vec<JobReport>, Option<PendingHandOn>) {
         let reports = |outcome, reason: String| {
             jobs.iter()
@@ -294,13 +294,14 @@ impl<'a> Downstream<'a> {
             return (reports(Outcome::Deferred, reason.into()), None);
         };
         if self.hand_ons >= MAX_HAND_ONS {
+            // Refused for good, not deferred: the pipeline ends with its
+            // failure event, and the message goes to the dead-letter queue.
             let reason = format!(
                 "no time left in this invocation, and this version's pipeline was handed on \
-                 {} times already: the message comes back instead (the dead-letter queue ends \
-                 it if it never gets the time)",
+                 {} times already without getting it: not run (mediaonce retry runs it again)",
                 self.hand_ons
             );
-            return (reports(Outcome::Deferred, reason), None);
+            return (reports(Outcome::Poisoned, reason), None);
         }
         let message = HandOn::new(
             &self.version.bucket,

@@ -22,6 +22,10 @@ fn terminal(outcome: Outcome) -> bool {
     )
 }
 
+/// Bytes kept under EventBridge's entry limit for the envelope a rule's
+/// target adds (an SNS topic or an SQS queue takes 256 KiB with it).
+const ENVELOPE_HEADROOM: usize = 4 * 1024;
+
 /// Publishes the version's completion event when every job of `reports`
 /// is terminal and a bus is configured; `Err` with why the message must
 /// come back.
@@ -68,11 +72,15 @@ pub(super) async fn publish_unmatched(
     let jobs = recipes
         .iter()
         .map(|name| {
-            let rule = app.config.recipes.iter().find(|rule| &rule.name == name);
+            // Unnamed recipes of one step share a name: a version only when
+            // one rule has it (0: not known; a removed recipe has neither).
+            let mut named = app.config.recipes.iter().filter(|rule| &rule.name == name);
+            let rule = named.next();
+            let one = named.next().is_none();
             CompletedJob {
                 recipe: name.clone(),
                 step: rule.map(|r| r.recipe.step.clone()).unwrap_or_default(),
-                version: rule.map_or(0, |r| r.recipe.version),
+                version: rule.filter(|_| one).map_or(0, |r| r.recipe.version),
                 job_key: String::new(),
                 status: "failed".into(),
                 outcome: "unmatched".into(),
@@ -120,7 +128,7 @@ async fn publish(
     };
     // PutEvents refuses a larger entry on every delivery: the message
     // would end in the dead-letter queue and the event never arrive.
-    detail.fit(MAX_ENTRY_BYTES.saturating_sub(event.entry_size()));
+    detail.fit(MAX_ENTRY_BYTES.saturating_sub(event.entry_size() + ENVELOPE_HEADROOM));
     event.detail = detail.to_detail();
     match bus.publish(&event).await {
         Ok(()) => {

@@ -139,6 +139,20 @@ pub struct App {
     /// Where each batch's EMF metrics are written (when the configuration
     /// has them on): stderr unless told otherwise, stdout in Lambda.
     metrics_out: MetricsOut,
+    /// The longest timeout measured in this process's invocations, and
+    /// how many it had ([`App::start_check`]).
+    timeouts: TimeoutsSeen,
+}
+
+/// The function's timeout as this process's invocations measured it: the
+/// longest, and how many there were. One measurement may be short (a
+/// retried init inside the invocation); the longest of several is the
+/// timeout within the milliseconds an invocation takes to reach the
+/// handler.
+#[derive(Debug, Default)]
+struct TimeoutsSeen {
+    longest_ms: std::sync::atomic::AtomicU64,
+    invocations: std::sync::atomic::AtomicU64,
 }
 
 /// Where a batch's EMF documents go, one raw JSON line each.
@@ -162,6 +176,16 @@ impl App {
             scratch: std::env::temp_dir(),
             rng: Mutex::new(fastrand::Rng::new()),
             metrics_out: MetricsOut::Stderr,
+            timeouts: TimeoutsSeen::default(),
+        }
+    }
+
+    /// Counts an invocation and its measured timeout.
+    fn invoked(&self, invocation: &Invocation) {
+        use std::sync::atomic::Ordering;
+        if let Some(timeout) = invocation.timeout_ms {
+            self.timeouts.longest_ms.fetch_max(timeout, Ordering::Relaxed);
+            self.timeouts.invocations.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -318,14 +342,28 @@ impl App {
     }
 
     /// Whether a job needing `margin` may start now, in a later
-    /// invocation, or never (it needs more than the function's timeout).
+    /// invocation, or never (it needs the function's whole timeout or
+    /// more). After one invocation of this process, the timeout it
+    /// measured is trusted only with [`TIMEOUT_SLACK_MS`] to spare (a
+    /// retried init may have taken part of it); after several, their
+    /// longest is the timeout, and a job needing at least that much can
+    /// never start (every invocation has less left when the job's turn
+    /// comes), so none is deferred for ever.
     fn start_check(&self, invocation: &Invocation, margin: Duration) -> StartCheck {
+        use std::sync::atomic::Ordering;
         let Some(deadline) = invocation.deadline_ms else {
             return StartCheck::Now;
         };
         let margin = u64::try_from(margin.as_millis()).unwrap_or(u64::MAX);
-        if let Some(timeout) = invocation.timeout_ms {
-            if margin > timeout.saturating_add(TIMEOUT_SLACK_MS) {
+        if let Some(measured) = invocation.timeout_ms {
+            let longest = self.timeouts.longest_ms.load(Ordering::Relaxed).max(measured);
+            let never = if self.timeouts.invocations.load(Ordering::Relaxed) > 1 {
+                margin >= longest
+            } else {
+                margin > longest.saturating_add(TIMEOUT_SLACK_MS)
+            };
+            let timeout = longest;
+            if never {
                 return StartCheck::Never(format!(
                     "not started, and no invocation can start it: it needs {margin} ms before the \
                      deadline (MEDIAONCE_DEADLINE_MARGIN_SECS and its step's need) and the \

@@ -16,10 +16,12 @@ use super::log::log_job;
 use super::{App, Invocation, JobReport, MessageReport, Outcome, StartCheck};
 use crate::config::RecipeRule;
 use crate::event::{parse_body, EventKind, Notification, S3Record};
-use crate::fingerprint::{replaced_since_event, Fingerprint, FingerprintSource, ObjectHead};
+use crate::fingerprint::{
+    replaced_since_event, s3_checksum, version_etag, Fingerprint, FingerprintSource, ObjectHead,
+};
 use crate::key::job_key;
 use crate::references::{Keyed, Seen, VersionName};
-use crate::queue::message_group;
+use crate::queue::{message_group, Outgoing};
 use crate::store::ObjectRef;
 
 /// A message's body: its records' jobs. `queue_url`: the queue it came
@@ -97,9 +99,14 @@ async fn send_hand_ons(app: &App, report: &mut MessageReport, hand_ons: Vec<Pend
                   its redelivery walks the pipeline again"
                 .to_string())
         } else {
-            let group = message_group(&message.bucket, &message.key);
+            let (group, body) = (message_group(&message.bucket, &message.key), message.to_body());
+            let outgoing = Outgoing {
+                body: &body,
+                group: &group,
+                cause: &report.message_id,
+            };
             app.queue
-                .send(&pending.queue_url, &message.to_body(), &group)
+                .send(&pending.queue_url, &outgoing)
                 .await
                 .err()
                 .map(|err| format!("no time left in this invocation, and handing on failed: {err}"))
@@ -257,7 +264,7 @@ async fn process_created(
     }
     let rules: Vec<&RecipeRule> = app.config.recipes_for(key);
     if let (true, Some(handed_on)) = (rules.is_empty(), &record.handed_on) {
-        return end_unmatched(app, batch, message_id, record, &handed_on.recipes).await;
+        return end_unmatched(app, message_id, record, &handed_on.recipes).await;
     }
     if rules.is_empty() {
         tracing::info!(
@@ -319,7 +326,6 @@ async fn process_created(
 /// the bytes (a version gone or overwritten has its own events).
 async fn end_unmatched(
     app: &App,
-    batch: &BatchJobs,
     message_id: &str,
     record: &S3Record,
     recipes: &[String],
@@ -338,14 +344,12 @@ async fn end_unmatched(
         }
         Err((_, reason)) => return RecordDone::failed(Some(reason)),
     };
-    let identified = match identify(app, batch, head, &[]).await {
-        Ok(identified) => identified,
-        Err((_, reason)) => return RecordDone::failed(Some(reason)),
-    };
+    // The event names the bytes without reading them: S3's SHA-256, else
+    // the version and ETag (no job is keyed by it).
+    let fingerprint = s3_checksum(&head).unwrap_or_else(|| version_etag(&head));
     tracing::warn!(message_id, object = %object, recipes = ?recipes, "a handed-on pipeline that no recipe matches any more: it ends with a failure event");
-    let head = &identified.bytes.head;
     RecordDone::failed(
-        publish_unmatched(app, head, &identified.fingerprint, recipes)
+        publish_unmatched(app, &head, &fingerprint, recipes)
             .await
             .err(),
     )

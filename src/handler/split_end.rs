@@ -7,7 +7,7 @@
 use super::App;
 use crate::ledger::{judge, JobRow, JobStatus, SplitWrite, Verdict};
 use crate::pipeline::HandOn;
-use crate::queue::message_group;
+use crate::queue::{message_group, Outgoing};
 
 /// The holder of a split job's references to its chunks.
 pub fn holder_of(parent: &str) -> String {
@@ -68,7 +68,14 @@ pub(super) async fn release_split(
                 .and_then(|body| HandOn::from_value(body).ok())
                 .map_or_else(|| message_group(&row.job_key, ""), |w| message_group(&w.bucket, &w.key));
             app.queue
-                .send(queue_url, waiter, &group)
+                .send(
+                    queue_url,
+                    &Outgoing {
+                        body: waiter,
+                        group: &group,
+                        cause: &row.owner,
+                    },
+                )
                 .await
                 .map_err(|e| format!("handing a waiting version on to {queue_url}: {e}"))?;
         }

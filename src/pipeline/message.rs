@@ -18,9 +18,9 @@
 //!
 //! Hand-ons form a chain, never a tree: a message sends one only when it
 //! is acknowledged (a message that comes back hands nothing on: its
-//! redelivery walks the pipeline again), and at [`MAX_HAND_ONS`] the
-//! pipeline's message comes back instead, so the dead-letter queue ends a
-//! pipeline that never gets its time (DESIGN.md, "Pipelines").
+//! redelivery walks the pipeline again), and at [`MAX_HAND_ONS`] the jobs
+//! it would hand on are refused for good, so a pipeline that never gets
+//! its time ends with its failure event (DESIGN.md, "Pipelines").
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -31,12 +31,16 @@ pub const HAND_ON_MARKER: (&str, &str) = ("mediaonce", "pipeline/1");
 /// The most hand-ons of one version's pipeline. Each goes to a fresh
 /// invocation, which has its whole timeout for the jobs handed on (a job
 /// that needs more is refused for good), so a pipeline needs about one per
-/// level; past this many, its message comes back instead of handing on.
+/// level; past this many, the jobs it would hand on are refused for good
+/// (`poisoned`), and its failure event ends it.
 pub const MAX_HAND_ONS: u32 = 20;
 
-/// One object version's pipeline, handed on.
+/// One object version's pipeline, handed on. Fields it does not know are
+/// ignored, not refused: a message written by a later release (a field
+/// added, as `handOns` was) stays readable by an earlier one during a
+/// rollback, instead of coming back until it is dead-lettered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct HandOn {
     /// Always [`HAND_ON_MARKER`]'s value.
     pub mediaonce: String,
@@ -123,7 +127,7 @@ pub const CHUNK_KIND: &str = "hls-chunk/1";
 ///  "index": 2, "startMs": 120000, "endMs": 180000}
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ChunkHandOn {
     /// Always [`CHUNK_KIND`].
     pub mediaonce: String,
@@ -215,6 +219,14 @@ mod tests {
         let body: Value = serde_json::from_str(&hand_on.to_body()).unwrap();
         assert_eq!(body["versionId"], Value::Null);
         assert_eq!(HandOn::from_value(body).unwrap(), hand_on);
+    }
+
+    #[test]
+    fn a_hand_on_from_a_later_release_is_read() {
+        let later = serde_json::json!({"mediaonce": "pipeline/1", "bucket": "b", "key": "k",
+            "versionId": null, "eTag": "e", "size": 1, "recipes": ["x"], "handOns": 2,
+            "aFieldFromLater": true});
+        assert_eq!(HandOn::from_value(later).unwrap().hand_ons, 2);
     }
 
     #[test]

@@ -18,7 +18,8 @@ mod split;
 use crate::config::{split_s3_location, RecipeRule};
 use crate::fingerprint::{Fingerprint, FingerprintSource};
 use crate::ledger::{
-    poison_reason, Claim, ClaimOutcome, ClaimRequest, FinishError, JobStatus, Ledger,
+    judge, poison_reason, Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger,
+    Verdict,
 };
 use crate::step::{
     ChunkSpan, JobInput, JobOutputs, Manifest, ObjectBytes, StepContext, StepError,
@@ -157,16 +158,39 @@ impl<'a> JobRun<'a> {
             StartCheck::Now => {}
             StartCheck::Later(reason) => return report.of(Outcome::Deferred, 0, Some(reason)),
             // A configuration fault, not the input's: the failure event
-            // says so, and the message ends in the dead-letter queue.
-            // A job done before (under a longer timeout) is still reused.
+            // says so, and the message ends in the dead-letter queue. The
+            // row is judged as a claim would first: a job done before
+            // (under a longer timeout) is reused, one another invocation
+            // runs (a function with a longer timeout) is busy, one failed
+            // for good says so; only a job nobody can run is refused.
             StartCheck::Never(reason) => {
-                return match app.ledger.get(job_key).await {
-                    Ok(Some(row)) if row.status == JobStatus::Done => JobReport {
+                let row = match app.ledger.get(job_key).await {
+                    Ok(row) => row,
+                    Err(err) => return report.of(Outcome::Failed, 0, Some(err.to_string())),
+                };
+                let verdict = row
+                    .as_ref()
+                    .map(|row| judge(row, app.now_ms(), app.config.max_attempts));
+                return match (row, verdict) {
+                    (Some(row), Some(Verdict::Done)) => JobReport {
                         outputs: Some(row.output_prefix),
                         ..report.of(Outcome::Reused, row.attempts, None)
                     },
-                    Ok(_) => report.of(Outcome::Poisoned, 0, Some(reason)),
-                    Err(err) => report.of(Outcome::Failed, 0, Some(err.to_string())),
+                    (Some(row), Some(Verdict::Busy)) => JobReport {
+                        busy_until_ms: Some(row.lease_until_ms),
+                        ..report.of(
+                            Outcome::Busy,
+                            row.attempts,
+                            Some(format!("held until {} ms", row.lease_until_ms)),
+                        )
+                    },
+                    (Some(row), Some(Verdict::Poisoned)) if row.permanent => {
+                        report.of(Outcome::Unprocessable, row.attempts, Some(poison_reason(&row)))
+                    }
+                    (Some(row), Some(Verdict::Poisoned)) => {
+                        report.of(Outcome::Poisoned, row.attempts, Some(poison_reason(&row)))
+                    }
+                    _ => report.of(Outcome::Poisoned, 0, Some(reason)),
                 };
             }
         }

@@ -17,7 +17,7 @@ use crate::ledger::{
 };
 use crate::pipeline::message::{ChunkHandOn, CHUNK_KIND};
 use crate::pipeline::HandOn;
-use crate::queue::message_group;
+use crate::queue::{message_group, Outgoing};
 use crate::step::ChunkSpan;
 use crate::steps::hls::chunk_job::ChunkParams;
 
@@ -130,11 +130,17 @@ impl JobRun<'_> {
         if unsent.is_empty() {
             unsent.extend(spans.last());
         }
-        let head = &self.bytes.head;
-        let group = message_group(&head.bucket, &head.key);
         for span in unsent {
             let body = self.chunk_message(span).to_body();
-            app.queue.send(queue_url, &body, &group).await.map_err(|e| {
+            // Each chunk a group of its own on a FIFO queue: their order
+            // does not matter, and one group would run them one at a time.
+            let group = message_group(self.job_key, &span.index.to_string());
+            let message = Outgoing {
+                body: &body,
+                group: &group,
+                cause: &claim.owner,
+            };
+            app.queue.send(queue_url, &message).await.map_err(|e| {
                 format!("sending chunk {}'s message to {queue_url}: {e}", span.index)
             })?;
         }

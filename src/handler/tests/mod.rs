@@ -1070,3 +1070,89 @@ async fn an_event_overtaken_by_an_overwrite_names_the_bytes_it_was_made_for() {
     assert_eq!(second["inputHash"], sha256_hex(b"the bytes after"));
     assert!(!objects.keys("out", key).is_empty(), "kept for the grace");
 }
+
+/// Issue 41 (a review): a job needing from its function's timeout to that
+/// and 10 s was neither run nor refused (deferred at every receive, no
+/// event). After one invocation the measured timeout is trusted only with
+/// the slack; after several, their longest is the timeout, and a job
+/// needing at least that much can never start.
+#[test]
+fn a_need_at_the_timeout_is_refused_once_the_timeout_is_known() {
+    let app = fixture_app();
+    let now = app.now_ms();
+    // As the runtime measures it: the deadline a little less than the
+    // timeout away by the time the handler runs.
+    let invocation = Invocation {
+        request_id: "r".into(),
+        deadline_ms: Some(now + 19_990),
+        timeout_ms: Some(20_000),
+    };
+    let at_timeout = Duration::from_secs(20);
+    let past_slack = Duration::from_secs(31);
+    app.invoked(&invocation);
+    assert!(matches!(app.start_check(&invocation, at_timeout), StartCheck::Later(_)));
+    assert!(matches!(app.start_check(&invocation, past_slack), StartCheck::Never(_)));
+    app.invoked(&invocation);
+    assert!(matches!(app.start_check(&invocation, at_timeout), StartCheck::Never(_)));
+    assert!(matches!(
+        app.start_check(&invocation, Duration::from_secs(19)),
+        StartCheck::Now
+    ));
+    // A shorter measurement later (a retried init) does not lower it.
+    let short = Invocation {
+        timeout_ms: Some(9_000),
+        deadline_ms: Some(now + 9_000),
+        ..invocation.clone()
+    };
+    app.invoked(&short);
+    assert!(matches!(
+        app.start_check(&short, Duration::from_secs(19)),
+        StartCheck::Later(_)
+    ));
+}
+
+/// Issue 41 (a review): a job no invocation of this function can start is
+/// judged as a claim would first. Held under a live lease by another
+/// invocation (a function with a longer timeout) it is busy, not refused:
+/// refusing it gave its version a failure event, and later, when the
+/// other invocation finished, a success one.
+#[tokio::test]
+async fn a_job_too_long_for_this_function_but_running_elsewhere_is_busy() {
+    // A 30 s step (AVIF) in a function whose invocations last 20 s.
+    let recipes = r#"[{"name":"avif","step":"thumbnail","version":1,"params":{"widths":[16],"format":"avif"}}]"#;
+    let f = fixture_with(Some(recipes));
+    let etag = f.objects.insert("in", "a.png", b"not decoded here", true);
+    let key = job_key(&sha256_hex(b"not decoded here"), &f.app.config.recipes[0].recipe_hash);
+    let invoke = |id: &str| {
+        let mut event = SqsEvent::default();
+        event.records = vec![message(id, "a.png", &etag)];
+        let invocation = Invocation {
+            request_id: format!("req-{id}"),
+            deadline_ms: Some(f.app.now_ms() + 20_000),
+            timeout_ms: Some(20_000),
+        };
+        handle_batch(f.app.clone(), event, invocation)
+    };
+    // Nobody runs it: refused for good, with the reason.
+    let refused = invoke("1").await;
+    let job = refused.jobs().next().unwrap();
+    assert_eq!(job.outcome, Outcome::Poisoned, "{refused:?}");
+    assert!(job.reason.as_deref().unwrap().contains("no invocation can start it"));
+
+    // Another function's invocation holds it: busy until its lease ends.
+    let request = ClaimRequest {
+        job_key: key.clone(),
+        step: "thumbnail".into(),
+        input_hash: sha256_hex(b"not decoded here"),
+        output_prefix: f.app.config.output_location(&key),
+        owner: "a-longer-function/1".into(),
+        lease_until_ms: f.app.now_ms() + 600_000,
+        now_ms: f.app.now_ms(),
+        max_attempts: 3,
+    };
+    assert!(matches!(f.app.ledger.claim(&request).await.unwrap(), ClaimOutcome::Run(_)));
+    let busy = invoke("2").await;
+    let job = busy.jobs().next().unwrap();
+    assert_eq!(job.outcome, Outcome::Busy, "{busy:?}");
+    assert_eq!(job.busy_until_ms, Some(request.lease_until_ms));
+}
