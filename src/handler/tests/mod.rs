@@ -877,6 +877,19 @@ async fn a_failure_event_of_a_long_package_fits_an_entry() {
 fn app_with_bus(
     recipes: Option<&str>,
 ) -> (Arc<App>, Arc<InMemoryObjects>, Arc<crate::bus::RecordingBus>) {
+    let objects = InMemoryObjects::new();
+    let bus = Arc::new(crate::bus::RecordingBus::default());
+    let app = app_on(objects.clone(), recipes, bus.clone());
+    (app, objects, bus)
+}
+
+/// An app on `objects` and in-memory clients with `recipes`, publishing
+/// through `bus`.
+fn app_on(
+    objects: Arc<InMemoryObjects>,
+    recipes: Option<&str>,
+    bus: impl crate::bus::BusClient + 'static,
+) -> Arc<App> {
     let mut steps = StepRegistry::builtin();
     steps.register(ManyFiles);
     let mut vars = HashMap::from([
@@ -886,18 +899,15 @@ fn app_with_bus(
     ]);
     vars.extend(recipes.map(|recipes| ("MEDIAONCE_RECIPES", recipes)));
     let config = Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
-    let objects = InMemoryObjects::new();
-    let bus = Arc::new(crate::bus::RecordingBus::default());
-    let app = Arc::new(
+    Arc::new(
         App::new(
             config,
             Ledger::new(InMemoryTable::new("jobs")),
-            ObjectStore::new(objects.clone()),
+            ObjectStore::new(objects),
             Queue::new(Arc::new(RecordingQueue::default())),
         )
-        .with_bus(crate::bus::Bus::new(bus.clone())),
-    );
-    (app, objects, bus)
+        .with_bus(crate::bus::Bus::new(bus)),
+    )
 }
 
 /// Issue 41, defect 5: two unnamed chained recipes of one step, versions 1
@@ -1028,28 +1038,13 @@ impl crate::bus::BusClient for OverwritingBus {
 /// brings an event of its own.
 #[tokio::test]
 async fn an_event_overtaken_by_an_overwrite_names_the_bytes_it_was_made_for() {
-    let steps = StepRegistry::builtin();
-    let vars = HashMap::from([
-        ("MEDIAONCE_TABLE", "jobs"),
-        ("MEDIAONCE_OUTPUT_BUCKET", "out"),
-        ("MEDIAONCE_EVENT_BUS", "media"),
-    ]);
-    let config = Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
     let objects = InMemoryObjects::new();
     let recorded = Arc::new(crate::bus::RecordingBus::default());
     let bus = OverwritingBus {
         objects: objects.clone(),
         inner: recorded.clone(),
     };
-    let app = Arc::new(
-        App::new(
-            config,
-            Ledger::new(InMemoryTable::new("jobs")),
-            ObjectStore::new(objects.clone()),
-            Queue::new(Arc::new(RecordingQueue::default())),
-        )
-        .with_bus(crate::bus::Bus::new(bus)),
-    );
+    let app = app_on(objects.clone(), None, bus);
     let before = objects.insert("in", "a.bin", b"the bytes before", true);
     handle(&app, vec![message("1", "a.bin", &before)]).await;
     // The same bytes' ETag, as the in-memory store gives it.
@@ -1059,8 +1054,8 @@ async fn an_event_overtaken_by_an_overwrite_names_the_bytes_it_was_made_for() {
     assert_eq!(first["eTag"], before.as_str());
     assert_eq!(first["inputHash"], sha256_hex(b"the bytes before"));
     let prefix = first["jobs"][0]["outputPrefix"].as_str().unwrap();
-    let key = prefix.trim_start_matches("s3://out/");
-    assert!(!objects.keys("out", key).is_empty(), "its outputs are there");
+    let key = prefix.trim_start_matches("s3://in/");
+    assert!(!objects.keys("in", key).is_empty(), "its outputs are there");
 
     // The overwrite's own create: its own event, naming the new bytes; the
     // old job, released, keeps its outputs for the grace.
@@ -1068,7 +1063,7 @@ async fn an_event_overtaken_by_an_overwrite_names_the_bytes_it_was_made_for() {
     let second: serde_json::Value = serde_json::from_str(&recorded.events()[1].detail).unwrap();
     assert_eq!(second["eTag"], after.as_str());
     assert_eq!(second["inputHash"], sha256_hex(b"the bytes after"));
-    assert!(!objects.keys("out", key).is_empty(), "kept for the grace");
+    assert!(!objects.keys("in", key).is_empty(), "kept for the grace");
 }
 
 /// Issue 41 (a review): a job needing from its function's timeout to that
