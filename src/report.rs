@@ -39,6 +39,11 @@ pub enum Outcome {
     /// ends the version is handed on ([`crate::pipeline::HandOn`]) to
     /// walk its pipeline again.
     Waiting,
+    /// A recipe a hand-on message named that this configuration no longer
+    /// runs on the key (a deployment changed the recipes since the
+    /// pipeline began): nothing runs for it, and its version's event says
+    /// so (failed, class `configuration`). Terminal; the message is done.
+    Unmatched,
 }
 
 impl Outcome {
@@ -54,6 +59,7 @@ impl Outcome {
             Outcome::Deferred => "deferred",
             Outcome::HandedOn => "handed-on",
             Outcome::Waiting => "waiting",
+            Outcome::Unmatched => "unmatched",
         }
     }
 
@@ -193,7 +199,7 @@ impl BatchReport {
     /// by outcome, then one line per job (key prefix, step, outcome,
     /// duration, message), and each unusable message.
     pub fn summary(&self) -> String {
-        const OUTCOMES: [Outcome; 10] = [
+        const OUTCOMES: [Outcome; 11] = [
             Outcome::Ran,
             Outcome::Reused,
             Outcome::Busy,
@@ -204,6 +210,7 @@ impl BatchReport {
             Outcome::Deferred,
             Outcome::HandedOn,
             Outcome::Waiting,
+            Outcome::Unmatched,
         ];
         let by_outcome: Vec<String> = OUTCOMES
             .iter()

@@ -18,7 +18,11 @@ use crate::step::content_type;
 fn terminal(outcome: Outcome) -> bool {
     matches!(
         outcome,
-        Outcome::Ran | Outcome::Reused | Outcome::Poisoned | Outcome::Unprocessable
+        Outcome::Ran
+            | Outcome::Reused
+            | Outcome::Poisoned
+            | Outcome::Unprocessable
+            | Outcome::Unmatched
     )
 }
 
@@ -47,54 +51,6 @@ pub(super) async fn publish_if_complete(
         jobs.push(completed_job(app, report).await?);
     }
     publish(app, version, head, fingerprint, jobs).await
-}
-
-/// Publishes the failure event of a handed-on pipeline that the
-/// configuration no longer starts (no recipe matches the key since a
-/// deployment): each recipe it handed on failed, class `configuration`,
-/// outcome `unmatched`. Without it the pipeline began and its event never
-/// came. `Err` with why the message must come back.
-pub(super) async fn publish_unmatched(
-    app: &App,
-    head: &ObjectHead,
-    fingerprint: &Fingerprint,
-    recipes: &[String],
-) -> Result<(), String> {
-    if app.bus.is_none() || app.config.event_bus.is_none() {
-        return Ok(());
-    }
-    let version = VersionName::of_head(head);
-    let message = format!(
-        "this version's pipeline was handed on, and the configuration deployed since runs no \
-         recipe on s3://{}/{}: nothing more runs for it (mediaonce reprocess runs what matches now)",
-        version.bucket, version.key
-    );
-    let jobs = recipes
-        .iter()
-        .map(|name| {
-            // Unnamed recipes of one step share a name: a version only when
-            // one rule has it (0: not known; a removed recipe has neither).
-            let mut named = app.config.recipes.iter().filter(|rule| &rule.name == name);
-            let rule = named.next();
-            let one = named.next().is_none();
-            CompletedJob {
-                recipe: name.clone(),
-                step: rule.map(|r| r.recipe.step.clone()).unwrap_or_default(),
-                version: rule.filter(|_| one).map_or(0, |r| r.recipe.version),
-                job_key: String::new(),
-                status: "failed".into(),
-                outcome: "unmatched".into(),
-                output_prefix: None,
-                files: Vec::new(),
-                file_count: None,
-                error: Some(JobError {
-                    class: "configuration".into(),
-                    message: message.clone(),
-                }),
-            }
-        })
-        .collect();
-    publish(app, &version, head, fingerprint, jobs).await
 }
 
 /// Publishes the event of `jobs`, cut to fit an entry.
@@ -176,10 +132,10 @@ async fn completed_job(app: &App, report: &JobReport) -> Result<CompletedJob, St
     let file_count = done.then_some(files.len() as u64);
     let files = completion::listed(files);
     let error = (!done).then(|| JobError {
-        class: if report.job_key.is_empty() {
-            "upstream"
-        } else {
-            "permanent"
+        class: match report.outcome {
+            Outcome::Unmatched => "configuration",
+            _ if report.job_key.is_empty() => "upstream",
+            _ => "permanent",
         }
         .to_string(),
         // Cut as a row's error is: a reason may list thousands of files.

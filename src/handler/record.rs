@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::chain::{Downstream, PendingHandOn};
 use super::collect::collect_now;
-use super::completion::{publish_if_complete, publish_unmatched};
+use super::completion::publish_if_complete;
 use super::identify::{forget_if_disproved, identify, Identified};
 use super::job::{elapsed_ms, BatchJobs, JobRun};
 use super::references::{bytes_of, head_null_version, reconcile_version, Start};
@@ -314,6 +314,7 @@ async fn process_created(
         invocation,
         queue_url,
         hand_ons: record.handed_on.as_ref().map_or(0, |h| h.count),
+        handed_on: record.handed_on.as_ref().map_or(&[], |h| h.recipes.as_slice()),
     };
     let done = run_pipeline(app, &walk, &rules, &identified, &unclaimed).await;
     forget_if_disproved(app, &identified).await;
@@ -348,11 +349,47 @@ async fn end_unmatched(
     // the version and ETag (no job is keyed by it).
     let fingerprint = s3_checksum(&head).unwrap_or_else(|| version_etag(&head));
     tracing::warn!(message_id, object = %object, recipes = ?recipes, "a handed-on pipeline that no recipe matches any more: it ends with a failure event");
-    RecordDone::failed(
-        publish_unmatched(app, &head, &fingerprint, recipes)
-            .await
-            .err(),
-    )
+    let reports = unmatched(app, recipes, &object);
+    let version = VersionName::of_head(&head);
+    let published = publish_if_complete(app, &version, &head, &fingerprint, &reports).await;
+    RecordDone {
+        reports,
+        error: published.err(),
+        hand_on: None,
+    }
+}
+
+/// The recipes a hand-on named that this configuration does not run on
+/// its object, each reported [`Outcome::Unmatched`]. Unnamed recipes of
+/// one step share a name: a version only when one rule has it (0: not
+/// known; a removed recipe has neither step nor version).
+fn unmatched(app: &App, names: &[String], object: &ObjectRef) -> Vec<JobReport> {
+    let reason = format!(
+        "this version's pipeline was handed on, and the configuration deployed since does not \
+         run this recipe on {object}: nothing more runs for it (mediaonce reprocess runs what \
+         matches now)"
+    );
+    names
+        .iter()
+        .map(|name| {
+            let mut named = app.config.recipes.iter().filter(|rule| &rule.name == name);
+            let rule = named.next();
+            let one = named.next().is_none();
+            JobReport {
+                job_key: String::new(),
+                recipe: name.clone(),
+                step: rule.map(|r| r.recipe.step.clone()).unwrap_or_default(),
+                version: rule.filter(|_| one).map_or(0, |r| r.recipe.version),
+                outcome: Outcome::Unmatched,
+                attempt: 0,
+                duration_ms: 0,
+                reason: Some(reason.clone()),
+                busy_until_ms: None,
+                input_hash_source: None,
+                outputs: None,
+            }
+        })
+        .collect()
 }
 
 /// A keyed version's pipeline: every root job referenced by the version
@@ -372,6 +409,7 @@ async fn run_pipeline(
         invocation,
         queue_url,
         hand_ons,
+        ..
     } = *walk;
     let fingerprint = &identified.fingerprint;
     let head = &identified.bytes.head;
@@ -427,6 +465,22 @@ async fn run_pipeline(
         reports.append(&mut chained);
         hand_on = pending;
     }
+    // A recipe the hand-on named that this configuration's pipeline for
+    // the key no longer has (a deployment changed the recipes) is
+    // reported so, not dropped.
+    let mut pipeline: Vec<&RecipeRule> = rules.to_vec();
+    let mut next = 0;
+    while let Some(rule) = pipeline.get(next).copied() {
+        pipeline.extend(app.config.chained_to(rule));
+        next += 1;
+    }
+    let dropped: Vec<String> = walk
+        .handed_on
+        .iter()
+        .filter(|name| !pipeline.iter().any(|rule| &rule.name == *name))
+        .cloned()
+        .collect();
+    reports.extend(unmatched(app, &dropped, &unclaimed.object));
     for report in &reports {
         log_job(report, unclaimed.message_id, &unclaimed.object);
     }
@@ -446,6 +500,8 @@ struct Walk<'a> {
     invocation: &'a Invocation,
     queue_url: Option<&'a str>,
     hand_ons: u32,
+    /// The recipes a hand-on named (none for S3's records).
+    handed_on: &'a [String],
 }
 
 /// The version's jobs, one per recipe: claimed and run (or reused) once

@@ -996,7 +996,10 @@ async fn a_hand_on_no_recipe_matches_since_a_deployment_ends_with_an_event() {
         (Some("probe-of-probe"), Some(2), Some("unmatched"))
     );
     assert_eq!(job["error"]["class"], "configuration");
-    assert!(job["error"]["message"].as_str().unwrap().contains("runs no recipe on s3://in/uploads/a.bin"));
+    assert!(job["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("does not run this recipe on s3://in/uploads/a.bin"));
 
     // The version gone: nothing to announce, acknowledged.
     objects.remove("in", "uploads/a.bin");
@@ -1150,4 +1153,40 @@ async fn a_job_too_long_for_this_function_but_running_elsewhere_is_busy() {
     let job = busy.jobs().next().unwrap();
     assert_eq!(job.outcome, Outcome::Busy, "{busy:?}");
     assert_eq!(job.busy_until_ms, Some(request.lease_until_ms));
+}
+
+/// Issue 41 (a review): a hand-on naming a recipe the configuration
+/// deployed since has removed, for a key other recipes still match: the
+/// walk runs what matches, and the event names the removed recipe
+/// `unmatched` (failed, class `configuration`) instead of dropping it
+/// from a `succeeded` event.
+#[tokio::test]
+async fn a_handed_on_recipe_removed_since_is_named_in_the_event() {
+    let (app, objects, bus) = app_with_bus(None);
+    let etag = objects.insert("in", "a.bin", b"abc", true);
+    let hand_on =
+        crate::pipeline::HandOn::new("in", "a.bin", None, &etag, 3, vec!["old-thumbs".into()], 1);
+    let report = handle(&app, vec![message_for_hand_on(&hand_on)]).await;
+    let outcomes: Vec<(String, Outcome)> = report
+        .jobs()
+        .map(|j| (j.recipe.clone(), j.outcome))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("probe".to_string(), Outcome::Ran),
+            ("old-thumbs".to_string(), Outcome::Unmatched)
+        ]
+    );
+    assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
+    let events = bus.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].detail_type, "Media Pipeline Failed");
+    let detail: serde_json::Value = serde_json::from_str(&events[0].detail).unwrap();
+    let old = &detail["jobs"][1];
+    assert_eq!(
+        (old["recipe"].as_str(), old["outcome"].as_str(), old["version"].as_u64()),
+        (Some("old-thumbs"), Some("unmatched"), Some(0))
+    );
+    assert_eq!(old["error"]["class"], "configuration");
 }
