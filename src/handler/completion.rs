@@ -40,9 +40,9 @@ pub(super) async fn publish_if_complete(
     fingerprint: &Fingerprint,
     reports: &[JobReport],
 ) -> Result<(), String> {
-    if app.bus.is_none() || app.config.event_bus.is_none() {
+    let (Some(bus), Some(bus_name)) = (&app.bus, &app.config.event_bus) else {
         return Ok(());
-    }
+    };
     if reports.is_empty() || !reports.iter().all(|r| terminal(r.outcome)) {
         return Ok(());
     }
@@ -50,20 +50,6 @@ pub(super) async fn publish_if_complete(
     for report in reports {
         jobs.push(completed_job(app, report).await?);
     }
-    publish(app, version, head, fingerprint, jobs).await
-}
-
-/// Publishes the event of `jobs`, cut to fit an entry.
-async fn publish(
-    app: &App,
-    version: &VersionName,
-    head: &ObjectHead,
-    fingerprint: &Fingerprint,
-    jobs: Vec<CompletedJob>,
-) -> Result<(), String> {
-    let (Some(bus), Some(bus_name)) = (&app.bus, &app.config.event_bus) else {
-        return Ok(());
-    };
     let mut detail = Completion::new(
         &version.bucket,
         &version.key,
@@ -84,8 +70,7 @@ async fn publish(
     };
     // PutEvents refuses a larger entry on every delivery: the message
     // would end in the dead-letter queue and the event never arrive.
-    detail.fit(MAX_ENTRY_BYTES.saturating_sub(event.entry_size() + ENVELOPE_HEADROOM));
-    event.detail = detail.to_detail();
+    event.detail = detail.fit(MAX_ENTRY_BYTES.saturating_sub(event.entry_size() + ENVELOPE_HEADROOM));
     match bus.publish(&event).await {
         Ok(()) => {
             tracing::info!(version = %version, event_id = detail.event_id, status = detail.status, "completion event published");

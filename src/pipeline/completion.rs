@@ -156,8 +156,14 @@ impl Completion {
     /// left, jobs go from the end, done ones first (a failure is what an
     /// application most needs to see). What went is counted in
     /// `omitted`; the status and `eventId` stay those of every job.
-    pub fn fit(&mut self, max_bytes: usize) {
-        while self.to_detail().len() > max_bytes {
+    /// Returns the detail as it fits (JSON text), serialized once when it
+    /// fits at once.
+    pub fn fit(&mut self, max_bytes: usize) -> String {
+        loop {
+            let detail = self.to_detail();
+            if detail.len() <= max_bytes {
+                return detail;
+            }
             let omitted = self.omitted.get_or_insert_with(Omitted::default);
             if let Some(job) = self
                 .jobs
@@ -176,7 +182,7 @@ impl Completion {
                 .rposition(|job| job.status == "done")
                 .or(self.jobs.len().checked_sub(1))
             else {
-                return;
+                return detail;
             };
             self.jobs.remove(last);
             omitted.jobs += 1;
@@ -313,8 +319,8 @@ mod tests {
         let mut event = completion(jobs);
         let (id, status) = (event.event_id.clone(), event.status.clone());
         assert!(event.to_detail().len() > crate::bus::MAX_ENTRY_BYTES);
-        event.fit(200_000);
-        let detail = event.to_detail();
+        let detail = event.fit(200_000);
+        assert_eq!(detail, event.to_detail());
         assert!(detail.len() <= 200_000, "{}", detail.len());
         let omitted = event.omitted.clone().unwrap();
         assert_eq!(omitted.files, MAX_LISTED_FILES as u64, "{omitted:?}");
@@ -325,8 +331,12 @@ mod tests {
 
         let mut small = completion(vec![job("a", "K1", "done", "ran")]);
         let before = small.to_detail();
-        small.fit(crate::bus::MAX_ENTRY_BYTES);
-        assert_eq!(small.to_detail(), before, "nothing to cut");
+        assert_eq!(
+            small.fit(crate::bus::MAX_ENTRY_BYTES),
+            before,
+            "nothing to cut"
+        );
+        assert_eq!(small.omitted, None);
     }
 
     #[test]
