@@ -468,19 +468,17 @@ async fn run_pipeline(
     // A recipe the hand-on named that this configuration's pipeline for
     // the key no longer has (a deployment changed the recipes) is
     // reported so, not dropped.
-    let mut pipeline: Vec<&RecipeRule> = rules.to_vec();
-    let mut next = 0;
-    while let Some(rule) = pipeline.get(next).copied() {
-        pipeline.extend(app.config.chained_to(rule));
-        next += 1;
+    if !walk.handed_on.is_empty() {
+        let roots: Vec<usize> = rules.iter().map(|rule| rule.index).collect();
+        let pipeline = app.config.graph.pipeline_of(&roots);
+        let dropped: Vec<String> = walk
+            .handed_on
+            .iter()
+            .filter(|name| !pipeline.iter().any(|&i| app.config.recipes[i].name == **name))
+            .cloned()
+            .collect();
+        reports.extend(unmatched(app, &dropped, &unclaimed.object));
     }
-    let dropped: Vec<String> = walk
-        .handed_on
-        .iter()
-        .filter(|name| !pipeline.iter().any(|rule| &rule.name == *name))
-        .cloned()
-        .collect();
-    reports.extend(unmatched(app, &dropped, &unclaimed.object));
     for report in &reports {
         log_job(report, unclaimed.message_id, &unclaimed.object);
     }
