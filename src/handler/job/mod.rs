@@ -18,7 +18,7 @@ mod split;
 use crate::config::{split_s3_location, RecipeRule};
 use crate::fingerprint::{Fingerprint, FingerprintSource};
 use crate::ledger::{
-    judge, poison_reason, Claim, ClaimOutcome, ClaimRequest, FinishError, Ledger,
+    judge, poison_reason, Claim, ClaimOutcome, ClaimRequest, FinishError, JobRow, Ledger,
     Verdict,
 };
 use crate::step::{
@@ -88,6 +88,32 @@ pub(super) struct Reporter {
 }
 
 impl Reporter {
+    /// The report of a job its row settles without a run (`verdict`:
+    /// done, busy or poisoned): reused where its outputs are, busy until
+    /// the holder's lease ends, or, poisoned, `unprocessable` when the
+    /// input is at fault (the message is done, its event says so) and
+    /// `poisoned` when caps are spent (on to the DLQ).
+    pub fn settled(&self, verdict: Verdict, row: JobRow) -> JobReport {
+        match verdict {
+            Verdict::Done => JobReport {
+                outputs: Some(row.output_prefix),
+                ..self.of(Outcome::Reused, row.attempts, None)
+            },
+            Verdict::Busy => JobReport {
+                busy_until_ms: Some(row.lease_until_ms),
+                ..self.of(
+                    Outcome::Busy,
+                    row.attempts,
+                    Some(format!("held until {} ms", row.lease_until_ms)),
+                )
+            },
+            _ if row.permanent => {
+                self.of(Outcome::Unprocessable, row.attempts, Some(poison_reason(&row)))
+            }
+            _ => self.of(Outcome::Poisoned, row.attempts, Some(poison_reason(&row))),
+        }
+    }
+
     pub fn of(&self, outcome: Outcome, attempt: u64, reason: Option<String>) -> JobReport {
         JobReport {
             job_key: self.job_key.clone(),
@@ -168,27 +194,12 @@ impl<'a> JobRun<'a> {
                     Ok(row) => row,
                     Err(err) => return report.of(Outcome::Failed, 0, Some(err.to_string())),
                 };
-                let verdict = row
-                    .as_ref()
-                    .map(|row| judge(row, app.now_ms(), app.config.max_attempts));
-                return match (row, verdict) {
-                    (Some(row), Some(Verdict::Done)) => JobReport {
-                        outputs: Some(row.output_prefix),
-                        ..report.of(Outcome::Reused, row.attempts, None)
-                    },
-                    (Some(row), Some(Verdict::Busy)) => JobReport {
-                        busy_until_ms: Some(row.lease_until_ms),
-                        ..report.of(
-                            Outcome::Busy,
-                            row.attempts,
-                            Some(format!("held until {} ms", row.lease_until_ms)),
-                        )
-                    },
-                    (Some(row), Some(Verdict::Poisoned)) if row.permanent => {
-                        report.of(Outcome::Unprocessable, row.attempts, Some(poison_reason(&row)))
-                    }
-                    (Some(row), Some(Verdict::Poisoned)) => {
-                        report.of(Outcome::Poisoned, row.attempts, Some(poison_reason(&row)))
+                return match row.map(|row| {
+                    let verdict = judge(&row, app.now_ms(), app.config.max_attempts);
+                    (verdict, row)
+                }) {
+                    Some((verdict @ (Verdict::Done | Verdict::Busy | Verdict::Poisoned), row)) => {
+                        report.settled(verdict, row)
                     }
                     _ => report.of(Outcome::Poisoned, 0, Some(reason)),
                 };
@@ -206,30 +217,13 @@ impl<'a> JobRun<'a> {
                         "the job's outputs are where an earlier configuration put them"
                     );
                 }
-                JobReport {
-                    outputs: Some(row.output_prefix),
-                    ..report.of(Outcome::Reused, row.attempts, None)
-                }
+                report.settled(Verdict::Done, row)
             }
             Ok(ClaimOutcome::Busy(row)) if row.split.is_some() => {
                 self.wait_for_split(&row, &report).await
             }
-            Ok(ClaimOutcome::Busy(row)) => JobReport {
-                busy_until_ms: Some(row.lease_until_ms),
-                ..report.of(
-                    Outcome::Busy,
-                    row.attempts,
-                    Some(format!("held until {} ms", row.lease_until_ms)),
-                )
-            },
-            // A run found the input unprocessable: the message is done (its
-            // event says so); only spent caps go on to the DLQ.
-            Ok(ClaimOutcome::Poisoned(row)) if row.permanent => {
-                report.of(Outcome::Unprocessable, row.attempts, Some(poison_reason(&row)))
-            }
-            Ok(ClaimOutcome::Poisoned(row)) => {
-                report.of(Outcome::Poisoned, row.attempts, Some(poison_reason(&row)))
-            }
+            Ok(ClaimOutcome::Busy(row)) => report.settled(Verdict::Busy, row),
+            Ok(ClaimOutcome::Poisoned(row)) => report.settled(Verdict::Poisoned, row),
             Ok(ClaimOutcome::Run(claim)) => self.run_claimed(&claim, &report).await,
         }
     }
