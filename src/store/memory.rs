@@ -183,6 +183,11 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The bytes' SHA-256 as S3's `x-amz-checksum-sha256` gives it (base64).
+fn sha256_checksum(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(Sha256::digest(bytes))
+}
+
 /// Unique per content, as S3's ETag of a single-part upload is (S3 uses MD5).
 fn etag(bytes: &[u8]) -> String {
     hex::encode(&Sha256::digest(bytes)[..16])
@@ -211,9 +216,7 @@ impl ObjectClient for Arc<InMemoryObjects> {
             version_id: None,
             etag: stored.etag(),
             size: stored.bytes.len() as u64,
-            checksum_sha256: stored.with_sha256.then(|| {
-                base64::engine::general_purpose::STANDARD.encode(Sha256::digest(&stored.bytes))
-            }),
+            checksum_sha256: stored.with_sha256.then(|| sha256_checksum(&stored.bytes)),
             checksum_type: stored.with_sha256.then(|| "FULL_OBJECT".to_string()),
             content_type: Some(stored.content_type.clone()),
             // Unique per content, as a single-part upload's MD5 is.
@@ -292,8 +295,7 @@ impl ObjectClient for Arc<InMemoryObjects> {
         })?;
         let bytes = bytes.into_bytes().to_vec();
         // As S3 answers a checksum the bytes do not have.
-        let actual = crate::store::sha256_base64(&crate::key::sha256_hex(&bytes));
-        if checksum_sha256.is_some_and(|given| Some(given) != actual.as_deref()) {
+        if checksum_sha256.is_some_and(|given| given != sha256_checksum(&bytes)) {
             return Err(PutError {
                 bucket: bucket.to_string(),
                 key: key.to_string(),
