@@ -88,16 +88,14 @@ pub trait ExecutionClient: Send + Sync + std::fmt::Debug {
     async fn send_task_heartbeat(&self, token: &str) -> Result<(), ExecutionError>;
 }
 
-/// The kind of a Step Functions error, by its code (then its HTTP status).
-/// Pure.
-pub fn error_kind(status: u16, code: Option<&str>) -> ExecutionErrorKind {
+/// The kind of a Step Functions error: by its code, else by the kind
+/// every client's errors have ([`ErrorKind`]). Pure.
+pub fn error_kind(code: Option<&str>, kind: ErrorKind) -> ExecutionErrorKind {
     match code {
         Some("ExecutionAlreadyExists") => ExecutionErrorKind::AlreadyExists,
         Some("TaskTimedOut" | "TaskDoesNotExist" | "InvalidToken") => ExecutionErrorKind::TaskGone,
-        _ => match ErrorKind::of_response(status, code) {
-            ErrorKind::Transient => ExecutionErrorKind::Transient,
-            _ => ExecutionErrorKind::Other,
-        },
+        _ if kind == ErrorKind::Transient => ExecutionErrorKind::Transient,
+        _ => ExecutionErrorKind::Other,
     }
 }
 
@@ -121,19 +119,11 @@ where
     E: aws_smithy_types::error::metadata::ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug + crate::aws::HasStatus,
 {
-    use aws_smithy_runtime_api::client::result::SdkError;
-    let kind = match err {
-        SdkError::ServiceError(service) => {
-            error_kind(service.raw().status_code(), service.err().code())
-        }
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => ExecutionErrorKind::Transient,
-        SdkError::ResponseError(response) => error_kind(response.raw().status_code(), None),
-        _ => ExecutionErrorKind::Other,
-    };
+    use aws_smithy_types::error::metadata::ProvideErrorMetadata;
     ExecutionError {
         call,
         message: describe_error(err),
-        kind,
+        kind: error_kind(err.code(), ErrorKind::of_sdk(err)),
     }
 }
 
@@ -402,6 +392,9 @@ mod tests {
 
     #[test]
     fn refusals_are_told_apart_by_their_codes() {
+        // As an answer's status and code come to it.
+        let error_kind =
+            |status, code| super::error_kind(code, ErrorKind::of_response(status, code));
         assert_eq!(
             error_kind(400, Some("ExecutionAlreadyExists")),
             ExecutionErrorKind::AlreadyExists
