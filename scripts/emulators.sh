@@ -47,6 +47,7 @@ install() {
   [ -f "$venv/.requirements" ] && have=$(cat "$venv/.requirements")
   if [ "$want" = "$have" ] && [ -x "$venv/bin/python" ]; then
     echo "emulators: virtualenv up to date ($venv)"
+    mend_localstack
     return 0
   fi
   rm -rf "$venv"
@@ -55,6 +56,14 @@ install() {
   "$venv/bin/pip" install --quiet -r "$here/requirements-emulators.txt"
   echo "$want" > "$venv/.requirements"
   echo "emulators: installed into $venv"
+  mend_localstack
+}
+
+# LocalStack's Step Functions loses a task's answer (or heartbeat) that
+# comes before the task arms its heartbeat wait: see patch_localstack.py.
+mend_localstack() {
+  "$venv/bin/python" "$here/patch_localstack.py" \
+    "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 }
 
 # Polls a URL until it answers; a bounded wait for a process we just started.

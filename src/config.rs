@@ -31,6 +31,11 @@ pub const ENV_EVENT_BUS: &str = "MEDIAONCE_EVENT_BUS";
 /// The SQS queue URL a split job's chunk messages go to; unset: the queue
 /// its own message came from.
 pub const ENV_CHUNK_QUEUE_URL: &str = "MEDIAONCE_CHUNK_QUEUE_URL";
+/// The state machine (`statemachine/hls-split.asl.json`) that runs a long
+/// video's split: an `arn:aws:states:...:stateMachine:<name>` ARN.
+pub const ENV_SPLIT_MACHINE_ARN: &str = "MEDIAONCE_SPLIT_MACHINE_ARN";
+/// How many chunks of one split run at once (the Map's `MaxConcurrency`).
+pub const ENV_SPLIT_MAX_CONCURRENCY: &str = "MEDIAONCE_SPLIT_MAX_CONCURRENCY";
 pub use crate::metrics::{DEFAULT_NAMESPACE, ENV_METRICS, ENV_METRICS_NAMESPACE};
 pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(86_400);
 pub use crate::identity::{IdentityMode, ENV_IDENTITY};
@@ -148,6 +153,12 @@ pub struct Config {
     /// Where chunk messages go (`MEDIAONCE_CHUNK_QUEUE_URL`); `None`: the
     /// queue of the message that split the job.
     pub chunk_queue_url: Option<String>,
+    /// The state machine that runs a split (`MEDIAONCE_SPLIT_MACHINE_ARN`);
+    /// `None`: the hand-made protocol (until it goes, issue 38).
+    pub split_machine_arn: Option<String>,
+    /// The Map's `MaxConcurrency` (`MEDIAONCE_SPLIT_MAX_CONCURRENCY`,
+    /// default 40; 0 is Step Functions' unbounded).
+    pub split_max_concurrency: u32,
 }
 
 /// An EventBridge bus: a name (1 to 256 of letters, digits and `._-/`)
@@ -342,9 +353,32 @@ impl Config {
             }
             other => other,
         };
+        let split_machine_arn = match get(ENV_SPLIT_MACHINE_ARN)
+            .map(|arn| arn.trim().to_string())
+            .filter(|arn| !arn.is_empty())
+        {
+            Some(arn) if crate::executions::executions_prefix(&arn).is_none() => {
+                return Err(invalid(
+                    ENV_SPLIT_MACHINE_ARN,
+                    format!("{arn:?} is not a state machine ARN (arn:aws:states:<region>:<account>:stateMachine:<name>)"),
+                ))
+            }
+            other => other,
+        };
+        let split_max_concurrency = match get(ENV_SPLIT_MAX_CONCURRENCY) {
+            None => 40,
+            Some(text) => text.trim().parse::<u32>().map_err(|_| {
+                invalid(
+                    ENV_SPLIT_MAX_CONCURRENCY,
+                    format!("must be a whole number, not {text:?}"),
+                )
+            })?,
+        };
         Ok(Config {
             event_bus,
             chunk_queue_url,
+            split_machine_arn,
+            split_max_concurrency,
             identity,
             release_on_delete_marker,
             gc_grace,

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::key::json_type;
 use crate::pipeline::message::ChunkHandOn;
+use crate::pipeline::split::SplitTask;
 use crate::pipeline::HandOn;
 
 /// What one SQS message body holds.
@@ -20,6 +21,8 @@ pub enum Notification {
     Records(Vec<S3Record>),
     /// One span of an `hls-package` job to run as a job of its own.
     Chunk(Box<ChunkHandOn>),
+    /// A task of a split's Step Functions execution, with its token.
+    SplitTask(Box<SplitTask>),
 }
 
 /// The event name of a record made from a hand-on message
@@ -194,6 +197,10 @@ pub fn parse_body(body: &str) -> Result<Notification, BodyError> {
             BodyError::NotS3(problem) => BodyError::NotS3(format!("SNS message: {problem}")),
             other => other,
         });
+    }
+    if SplitTask::is_task(&value) {
+        let task = SplitTask::from_value(value).map_err(BodyError::NotS3)?;
+        return Ok(Notification::SplitTask(Box::new(task)));
     }
     if ChunkHandOn::is_chunk(&value) {
         let chunk = ChunkHandOn::from_value(value).map_err(BodyError::NotS3)?;

@@ -88,6 +88,42 @@ pub trait ExecutionClient: Send + Sync + std::fmt::Debug {
     async fn send_task_heartbeat(&self, token: &str) -> Result<(), ExecutionError>;
 }
 
+/// The prefix of every execution ARN of the state machine `machine_arn`
+/// (`arn:<partition>:states:<region>:<account>:execution:<name>:`), or
+/// `None` when it is not a state machine's ARN. Pure.
+pub fn executions_prefix(machine_arn: &str) -> Option<String> {
+    let parts: Vec<&str> = machine_arn.split(':').collect();
+    match parts.as_slice() {
+        ["arn", partition, "states", region, account, "stateMachine", name]
+            if !name.is_empty() && !region.is_empty() && !account.is_empty() =>
+        {
+            Some(format!(
+                "arn:{partition}:states:{region}:{account}:execution:{name}:"
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The ARN of the execution `name` of the state machine `machine_arn`,
+/// as StartExecution will answer it. Pure.
+pub fn execution_arn(machine_arn: &str, name: &str) -> String {
+    format!(
+        "{}:{name}",
+        machine_arn.replacen(":stateMachine:", ":execution:", 1)
+    )
+}
+
+/// The name of the execution that runs job `job_key`'s split for the
+/// claim `owner`: the job key and 12 hex digits of the owner token's
+/// SHA-256 (77 characters: names hold 80). One claim, one name: a
+/// redelivery of the claimant's start starts nothing twice, and a
+/// takeover (a new owner) starts an execution of its own. Pure.
+pub fn execution_name(job_key: &str, owner: &str) -> String {
+    let owner_hash = crate::key::sha256_hex(owner.as_bytes());
+    format!("{job_key}-{}", &owner_hash[..12])
+}
+
 /// The kind of a Step Functions error: by its code, else by the kind
 /// every client's errors have ([`ErrorKind`]). Pure.
 pub fn error_kind(code: Option<&str>, kind: ErrorKind) -> ExecutionErrorKind {
@@ -248,10 +284,7 @@ impl InMemoryExecutions {
     /// The ARN Step Functions gives an execution of `machine_arn` named
     /// `name` (`arn:...:stateMachine:M` → `arn:...:execution:M:name`).
     pub fn execution_arn(machine_arn: &str, name: &str) -> String {
-        format!(
-            "{}:{name}",
-            machine_arn.replacen(":stateMachine:", ":execution:", 1)
-        )
+        execution_arn(machine_arn, name)
     }
 
     /// The executions started, by ARN, with their input.
@@ -415,6 +448,30 @@ mod tests {
             error_kind(400, Some("InvalidArn")),
             ExecutionErrorKind::Other
         );
+    }
+
+    #[test]
+    fn a_claims_execution_is_named_by_its_job_and_owner_and_fits_a_name() {
+        let job = "a".repeat(64);
+        let name = execution_name(&job, "request-1/uuid");
+        assert_eq!(name.len(), 77);
+        assert!(name.starts_with(&format!("{job}-")));
+        assert_eq!(name, execution_name(&job, "request-1/uuid"));
+        assert_ne!(name, execution_name(&job, "request-2/uuid"));
+        let machine = "arn:aws:states:eu-west-1:123456789012:stateMachine:split";
+        let prefix = executions_prefix(machine).unwrap();
+        assert!(execution_arn(machine, &name).starts_with(&prefix));
+        assert_eq!(
+            prefix,
+            "arn:aws:states:eu-west-1:123456789012:execution:split:"
+        );
+        for bad in [
+            "arn:aws:states:eu-west-1:123456789012:activity:split",
+            "arn:aws:sqs:eu-west-1:123456789012:stateMachine:split",
+            "split",
+        ] {
+            assert_eq!(executions_prefix(bad), None, "{bad}");
+        }
     }
 
     #[test]

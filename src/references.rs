@@ -84,6 +84,13 @@ pub mod ref_item_attr {
     pub const VERSION: &str = "version";
     /// S: the job key, readable.
     pub const JOB_KEY: &str = "job_key";
+    /// S: the version's bucket, key and version id (no version id for
+    /// S3's `null` version): what a split job's end hands on, and where
+    /// its chunks find the bytes. Absent on items written before them and
+    /// on a holder's.
+    pub const BUCKET: &str = "bucket";
+    pub const OBJECT_KEY: &str = "object_key";
+    pub const VERSION_ID: &str = "version_id";
     /// N: epoch ms of the write.
     pub const CREATED_AT_MS: &str = "created_at_ms";
 }
@@ -93,6 +100,16 @@ pub mod ref_item_attr {
 /// partition's write throughput; a collector reads them all (one
 /// consistent Query each).
 pub const REF_SHARDS: u8 = 16;
+
+/// One reference item as a job's Query finds it: its version row's key,
+/// and the version's name (`None` on an item written before names were,
+/// and on a holder's: the row key is a hash, so only the item names the
+/// version).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefHolder {
+    pub version_row: String,
+    pub version: Option<VersionName>,
+}
 
 /// One (job, version) reference: an item of its own in the references
 /// table, written and deleted with its version's row.

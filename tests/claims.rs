@@ -34,6 +34,7 @@ async fn seed(
     error: Option<&str>,
 ) -> JobRow {
     let row = JobRow {
+        execution: None,
         job_key: key.to_string(),
         step: "counted-probe".into(),
         input_hash: sha256_hex(BYTES),

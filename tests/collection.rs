@@ -784,6 +784,7 @@ fn the_back_off_doubles_from_an_hour_to_a_week() {
 /// A due job with an output prefix no S3 call can read.
 fn due_row(job_key: &str, output_prefix: String) -> JobRow {
     JobRow {
+        execution: None,
         job_key: job_key.to_string(),
         step: "probe".into(),
         input_hash: sha256_hex(job_key.as_bytes()),

@@ -19,13 +19,14 @@ use mediaonce::ledger::{
     Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, Finish, JobRow, JobSplit,
     JobStatus, LedgerTable, RefWrite, SplitWrite,
 };
-use mediaonce::references::{self, RefChange, VersionName};
+use mediaonce::references::{self, RefChange, RefHolder, VersionName};
 use mediaonce::store::memory::InMemoryObjects;
 use mediaonce::store::s3::S3Objects;
 use mediaonce::store::{sha256_base64, ObjectClient, ObjectRef};
 
 fn row(key: &str, owner: &str, status: JobStatus, lease_until_ms: u64) -> JobRow {
     JobRow {
+        execution: None,
         job_key: key.into(),
         step: "probe".into(),
         input_hash: "a".repeat(64),
@@ -71,6 +72,7 @@ fn claim(key: &str, owner: &str) -> Claim {
         lease_until_ms: 0,
         output_prefix: String::new(),
         had_split: false,
+        superseded: None,
     }
 }
 
@@ -520,8 +522,13 @@ async fn references_contract(table: &impl LedgerTable) {
         }
         found
     };
-    assert_eq!(refs_of("ref-a").await, [version.row_key()]);
-    assert_eq!(refs_of("ref-b").await, [version.row_key()]);
+    // Each item names its version: what a split job's end hands on.
+    let named = |version: &VersionName| RefHolder {
+        version_row: version.row_key(),
+        version: Some(version.clone()),
+    };
+    assert_eq!(refs_of("ref-a").await, [named(&version)]);
+    assert_eq!(refs_of("ref-b").await, [named(&version)]);
     // No job row was needed, and none was written.
     assert_eq!(table.get("ref-a").await.unwrap(), None);
     // The same change again: the row exists, nothing is written twice.
@@ -543,10 +550,10 @@ async fn references_contract(table: &impl LedgerTable) {
         table.change_refs(&other, &change, 12).await.unwrap(),
         RefWrite::Applied
     );
-    let mut both = vec![version.row_key(), other.row_key()];
-    both.sort();
+    let mut both = vec![named(&version), named(&other)];
+    both.sort_by(|a, b| a.version_row.cmp(&b.version_row));
     let mut found = refs_of("ref-a").await;
-    found.sort();
+    found.sort_by(|a, b| a.version_row.cmp(&b.version_row));
     assert_eq!(found, both);
     // A shard's Query pages: one item each, all of them by `next`.
     let shard = references::shard_of(&other.row_key());
@@ -575,7 +582,7 @@ async fn references_contract(table: &impl LedgerTable) {
         table.change_refs(&version, &delete, 14).await.unwrap(),
         RefWrite::Applied
     );
-    assert_eq!(refs_of("ref-a").await, [other.row_key()]);
+    assert_eq!(refs_of("ref-a").await, [named(&other)]);
     assert!(refs_of("ref-b").await.is_empty());
     let tomb = table.get_version_refs(&version).await.unwrap().unwrap();
     assert!(tomb.deleted && tomb.job_keys.is_empty());
@@ -945,7 +952,11 @@ async fn split_contract<T: LedgerTable>(table: &T) {
         .unwrap();
     for chunk in &chunks {
         let (found, _) = table.query_refs(chunk, shard, None, None).await.unwrap();
-        assert_eq!(found, [holder]);
+        let found: Vec<_> = found
+            .into_iter()
+            .map(|h| (h.version_row, h.version))
+            .collect();
+        assert_eq!(found, [(holder.to_string(), None)]);
     }
     table
         .write_holder_refs(holder, &[], &chunks, 2)

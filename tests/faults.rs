@@ -110,6 +110,7 @@ async fn a_5xx_on_takeover_comes_back_then_takes_over() {
     let (p, message, key) = upload("counted-probe").await;
     // A worker that died: its lease has passed.
     let dead = JobRow {
+        execution: None,
         job_key: key.clone(),
         step: "counted-probe".into(),
         input_hash: sha256_hex(BYTES),

@@ -275,24 +275,6 @@ async fn a_long_video_is_split_into_chunk_jobs_and_joined_into_what_one_job_writ
 /// A stand-in ffmpeg that fails the run of the span whose first segment
 /// is `seg-00002.ts` (its `-start_number 2`) and runs the real one for the
 /// rest.
-fn ffmpeg_failing_span_2() -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = common::hls::tempdir("failing-ffmpeg");
-    let script = dir.join("ffmpeg");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\n\
-             case \" $* \" in *' -start_number 2 '*) echo 'injected failure' >&2; exit 1;; esac\n\
-             exec '{real}' \"$@\"\n",
-            real = common::media::ffmpeg().display(),
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    script
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_that_fails_for_good_fails_its_parent_with_the_reason() {
     // One failure poisons a job here, so chunk 2 fails for good at once.
@@ -302,7 +284,7 @@ async fn a_chunk_that_fails_for_good_fails_its_parent_with_the_reason() {
         (ENV_EVENT_BUS, bus),
         (
             "MEDIAONCE_FFMPEG",
-            ffmpeg_failing_span_2().display().to_string(),
+            common::hls::ffmpeg_failing_span_2().display().to_string(),
         ),
         ("MEDIAONCE_MAX_ATTEMPTS", "1".into()),
     ])
@@ -563,6 +545,7 @@ async fn a_crashed_chunk_is_taken_over_and_no_sweep_takes_a_chunk_the_split_hold
     // Chunk 1's worker died mid-encode: its row is running, its lease gone.
     let now = p.app.now_ms();
     let crashed = JobRow {
+        execution: None,
         job_key: split.chunks[1].clone(),
         step: "hls-chunk".into(),
         input_hash: sha256_hex(&bytes),

@@ -158,7 +158,7 @@ async fn chunk_job<'a>(
 /// full-object SHA-256, else its version-and-ETag key when the message
 /// names that (its parent was keyed so: derived from the HEAD, not taken
 /// from the message), else the hash cache's.
-async fn trusted_hash(
+pub(super) async fn trusted_hash(
     app: &App,
     head: &crate::fingerprint::ObjectHead,
     claimed: &str,

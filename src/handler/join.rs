@@ -135,6 +135,7 @@ impl Join<'_> {
                 .lease_until_ms(now, self.invocation.deadline_ms),
             output_prefix: self.parent.output_prefix.clone(),
             had_split: true,
+            superseded: None,
         };
         let write = SplitWrite::Join {
             seen_owner: &self.parent.owner,
@@ -218,66 +219,77 @@ impl Join<'_> {
     }
 
     /// The chunks' segments copied into the job's prefix, its playlists
-    /// and its manifest written: what one run of the whole input writes.
+    /// and its manifest written.
     async fn write_package(&self, claim: &Claim, chunks: &[&JobRow]) -> Result<(), StepError> {
-        let app = self.app;
-        let located = |row: &JobRow| {
-            split_s3_location(&row.output_prefix)
-                .map(|(b, p)| (b.to_string(), p.to_string()))
-                .ok_or_else(|| {
-                    StepError::Failed(format!(
-                        "job {}'s output_prefix {:?} is not an s3://bucket/prefix/ location",
-                        row.job_key, row.output_prefix
-                    ))
-                })
-        };
-        // Each chunk's manifest and summaries (two GETs), 16 chunks at a
-        // time, in order.
-        let reads: Vec<_> = chunks
-            .iter()
-            .map(|chunk| async move {
-                let (bucket, prefix) = located(chunk)?;
-                let missing = |what: &str| {
-                    StepError::Failed(format!("chunk {}'s {what} is missing", chunk.job_key))
-                };
-                let manifest: Manifest = app
-                    .manifest_under(&bucket, &prefix)
-                    .await
-                    .map_err(StepError::Failed)?
-                    .ok_or_else(|| missing("manifest"))?;
-                let segments: ChunkSegments = app
-                    .json_object(&bucket, &format!("{prefix}{SEGMENTS_FILE}"), "a chunk's segments")
-                    .await
-                    .map_err(StepError::Failed)?
-                    .ok_or_else(|| missing(SEGMENTS_FILE))?;
-                Ok::<_, StepError>(ChunkOutputs {
-                    bucket,
-                    prefix,
-                    manifest,
-                    segments,
-                })
-            })
-            .collect();
-        let read: Vec<ChunkOutputs> = futures::stream::iter(reads)
-            .buffered(READS_AT_ONCE)
-            .try_collect()
-            .await?;
-        let plan = plan_join(&read).map_err(StepError::Unprocessable)?;
-        let (bucket, prefix) = located(self.parent)?;
-        let mut outputs = JobOutputs::new(app.store.clone(), bucket, prefix);
-        outputs.copy_in(plan.copies).await?;
-        for (name, text) in plan.playlists {
-            outputs
-                .put_bytes(&name, content_type(&name), text.into_bytes())
-                .await?;
-        }
-        let manifest = Manifest {
-            job_key: claim.job_key.clone(),
-            input_hash: self.parent.input_hash.clone(),
-            recipe: self.package.recipe.to_value(),
-            outputs: outputs.files(),
-        };
-        outputs.write_manifest(&manifest).await
+        debug_assert_eq!(claim.job_key, self.parent.job_key);
+        write_package(self.app, self.parent, self.package.recipe.to_value(), chunks).await
     }
 }
 
+
+/// The chunks' segments copied into the job's prefix, its playlists
+/// and its manifest written: what one run of the whole input writes.
+pub(super) async fn write_package(
+app: &App,
+parent: &JobRow,
+recipe: serde_json::Value,
+chunks: &[&JobRow],
+) -> Result<(), StepError> {
+    let located = |row: &JobRow| {
+        split_s3_location(&row.output_prefix)
+            .map(|(b, p)| (b.to_string(), p.to_string()))
+            .ok_or_else(|| {
+                StepError::Failed(format!(
+                    "job {}'s output_prefix {:?} is not an s3://bucket/prefix/ location",
+                    row.job_key, row.output_prefix
+                ))
+            })
+    };
+    // Each chunk's manifest and summaries (two GETs), 16 chunks at a
+    // time, in order.
+    let reads: Vec<_> = chunks
+        .iter()
+        .map(|chunk| async move {
+            let (bucket, prefix) = located(chunk)?;
+            let missing = |what: &str| {
+                StepError::Failed(format!("chunk {}'s {what} is missing", chunk.job_key))
+            };
+            let manifest: Manifest = app
+                .manifest_under(&bucket, &prefix)
+                .await
+                .map_err(StepError::Failed)?
+                .ok_or_else(|| missing("manifest"))?;
+            let segments: ChunkSegments = app
+                .json_object(&bucket, &format!("{prefix}{SEGMENTS_FILE}"), "a chunk's segments")
+                .await
+                .map_err(StepError::Failed)?
+                .ok_or_else(|| missing(SEGMENTS_FILE))?;
+            Ok::<_, StepError>(ChunkOutputs {
+                bucket,
+                prefix,
+                manifest,
+                segments,
+            })
+        })
+        .collect();
+    let read: Vec<ChunkOutputs> = futures::stream::iter(reads)
+        .buffered(READS_AT_ONCE)
+        .try_collect()
+        .await?;
+    let plan = plan_join(&read).map_err(StepError::Unprocessable)?;
+    let (bucket, prefix) = located(parent)?;
+    let mut outputs = JobOutputs::new(app.store.clone(), bucket, prefix);
+    outputs.copy_in(plan.copies).await?;
+    for (name, text) in plan.playlists {
+        outputs
+            .put_bytes(&name, content_type(&name), text.into_bytes())
+            .await?;
+    }
+    let manifest = Manifest {
+        job_key: parent.job_key.clone(),
+        input_hash: parent.input_hash.clone(),
+        recipe,
+        outputs: outputs.files(),
+    };
+    outputs.write_manifest(&manifest).await
+}

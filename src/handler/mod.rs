@@ -17,6 +17,9 @@
 //!   them (the job's own side, coordinating and waiting, is [`job`]'s);
 //! - [`split_end`]: a split job's end: its waiters handed on, its chunks
 //!   released;
+//! - [`split_tasks`]: the tasks of a split's Step Functions execution
+//!   (chunk, join, failure, end), each answered by its task token (the
+//!   claimant's side, starting it, is [`job`]'s);
 //! - [`references`]: after a create's jobs, the version's references; a
 //!   removal's release;
 //! - [`outputs`]: where an object's outputs are (`mediaonce outputs`);
@@ -37,6 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::bus::Bus;
+use crate::executions::ExecutionClient;
 use crate::config::{Config, ConfigError, RecipeRule};
 use crate::lease::{Clock, SystemClock};
 use crate::ledger::{Ledger, LedgerError};
@@ -60,6 +64,7 @@ mod record;
 mod join;
 mod references;
 mod split_end;
+mod split_tasks;
 
 pub use batch::handle_batch;
 pub use collect::Collected;
@@ -130,6 +135,9 @@ pub struct App {
     pub queue: Queue,
     /// Where completion events go (`MEDIAONCE_EVENT_BUS`); `None`: none.
     pub bus: Option<Bus>,
+    /// Step Functions, where a split runs (`MEDIAONCE_SPLIT_MACHINE_ARN`
+    /// names the state machine); `None`: no split runs there.
+    pub executions: Option<Arc<dyn ExecutionClient>>,
     clock: Arc<dyn Clock>,
     /// Where inputs read whole are kept as files (`/tmp` in Lambda).
     scratch: PathBuf,
@@ -172,6 +180,7 @@ impl App {
             store,
             queue,
             bus: None,
+            executions: None,
             clock: Arc::new(SystemClock),
             scratch: std::env::temp_dir(),
             rng: Mutex::new(fastrand::Rng::new()),
@@ -194,6 +203,20 @@ impl App {
     pub fn with_bus(mut self, bus: Bus) -> Self {
         self.bus = Some(bus);
         self
+    }
+
+    /// The same, running splits as executions of the configuration's
+    /// state machine on `executions`.
+    pub fn with_executions(mut self, executions: Arc<dyn ExecutionClient>) -> Self {
+        self.executions = Some(executions);
+        self
+    }
+
+    /// The state machine and its client, when splits run on Step
+    /// Functions.
+    pub(crate) fn split_engine(&self) -> Option<(&str, &dyn ExecutionClient)> {
+        let machine = self.config.split_machine_arn.as_deref()?;
+        Some((machine, self.executions.as_deref()?))
     }
 
     /// Writes the batches' metrics to `out`.
@@ -406,6 +429,10 @@ impl App {
         );
         if config.event_bus.is_some() {
             app = app.with_bus(Bus::eventbridge(crate::aws::eventbridge_client(&sdk)));
+        }
+        if config.split_machine_arn.is_some() {
+            let client = aws_sdk_sfn::Client::new(&sdk);
+            app = app.with_executions(Arc::new(crate::executions::SfnExecutions::new(client)));
         }
         app.ledger.check_table().await.map_err(StartupError::Table)?;
         app.ledger

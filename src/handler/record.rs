@@ -40,6 +40,10 @@ pub(super) async fn process_body(
             return super::chunk::process_chunk(app, batch, invocation, (message_id, queue_url), &chunk)
                 .await;
         }
+        Ok(Notification::SplitTask(task)) => {
+            return super::split_tasks::process_task(app, batch, invocation, message_id, &task)
+                .await;
+        }
         Ok(Notification::TestEvent) => {
             tracing::info!(message_id, "s3:TestEvent acknowledged");
             return MessageReport {

@@ -183,6 +183,22 @@ impl Ledger {
 
     /// The version rows referencing `job_key` (every shard, every page).
     pub async fn references(&self, job_key: &str) -> Result<Vec<String>, LedgerError> {
+        let mut found: Vec<String> = self
+            .holders(job_key)
+            .await?
+            .into_iter()
+            .map(|holder| holder.version_row)
+            .collect();
+        found.sort();
+        Ok(found)
+    }
+
+    /// Every reference item of `job_key` (every shard, every page): the
+    /// versions that use the job, and its holders.
+    pub async fn holders(
+        &self,
+        job_key: &str,
+    ) -> Result<Vec<crate::references::RefHolder>, LedgerError> {
         let mut found = Vec::new();
         for shard in 0..crate::references::REF_SHARDS {
             let mut from: Option<String> = None;
@@ -200,7 +216,6 @@ impl Ledger {
                 }
             }
         }
-        found.sort();
         Ok(found)
     }
 

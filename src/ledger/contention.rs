@@ -355,7 +355,7 @@ impl LedgerTable for ContendedTable {
         shard: u8,
         limit: Option<u32>,
         from: Option<&str>,
-    ) -> Result<(Vec<String>, Option<String>), LedgerError> {
+    ) -> Result<(Vec<crate::references::RefHolder>, Option<String>), LedgerError> {
         self.read("Query", &partition_of(job_key, shard))?;
         self.inner.query_refs(job_key, shard, limit, from).await
     }

@@ -17,8 +17,8 @@ use crate::references::{
 };
 
 use super::items::{
-    cache_row, cache_row_is_of, n, ref_item_delete, ref_item_put, s, version_refs_from_item,
-    version_update, Item,
+    cache_row, cache_row_is_of, n, ref_holder_from_item, ref_item_delete, ref_item_put, s,
+    version_refs_from_item, version_update, Item,
 };
 
 use super::{
@@ -286,9 +286,10 @@ impl LedgerTable for DynamoDbTable {
             .update_expression(
                 "SET #status = :running, #owner = :owner, #lease = :lease, #attempts = #attempts + :one, \
                  #updated = :now, #step = :step, #input = :input, #ref_items = :true \
-                 REMOVE #released, #mark, #deletes, #collected_from",
+                 REMOVE #released, #mark, #deletes, #collected_from, #execution",
             )
             .condition_expression("#owner = :seen_owner AND #status = :seen_status")
+            .expression_attribute_names("#execution", attr::SPLIT_EXECUTION)
             .expression_attribute_names("#collected_from", attr::COLLECTED_FROM)
             .expression_attribute_names("#ref_items", ref_attr::REF_ITEMS)
             .expression_attribute_names("#released", ref_attr::RELEASED_AT_MS)
@@ -545,7 +546,10 @@ impl LedgerTable for DynamoDbTable {
             };
             items.push(
                 TransactWriteItem::builder()
-                    .put(ref_item_put(&self.refs_table, &item, now_ms).map_err(malformed)?)
+                    .put(
+                        ref_item_put(&self.refs_table, &item, Some(version), now_ms)
+                            .map_err(malformed)?,
+                    )
                     .build(),
             );
         }
@@ -700,7 +704,7 @@ impl LedgerTable for DynamoDbTable {
         shard: u8,
         limit: Option<u32>,
         from: Option<&str>,
-    ) -> Result<(Vec<String>, Option<String>), LedgerError> {
+    ) -> Result<(Vec<crate::references::RefHolder>, Option<String>), LedgerError> {
         let partition = partition_of(job_key, shard);
         let output = self
             .client
@@ -710,8 +714,11 @@ impl LedgerTable for DynamoDbTable {
             .key_condition_expression("#p = :p")
             .expression_attribute_names("#p", ref_item_attr::JOB_SHARD)
             .expression_attribute_values(":p", s(&partition))
-            .projection_expression("#v")
+            .projection_expression("#v, #b, #k, #i")
             .expression_attribute_names("#v", ref_item_attr::VERSION)
+            .expression_attribute_names("#b", ref_item_attr::BUCKET)
+            .expression_attribute_names("#k", ref_item_attr::OBJECT_KEY)
+            .expression_attribute_names("#i", ref_item_attr::VERSION_ID)
             .set_limit(limit.map(|l| l as i32))
             .set_exclusive_start_key(from.map(|version| {
                 Item::from([
@@ -725,9 +732,7 @@ impl LedgerTable for DynamoDbTable {
         let versions = output
             .items()
             .iter()
-            .filter_map(|item| item.get(ref_item_attr::VERSION))
-            .filter_map(|v| v.as_s().ok())
-            .cloned()
+            .filter_map(ref_holder_from_item)
             .collect();
         let next = output
             .last_evaluated_key()
@@ -943,6 +948,24 @@ impl LedgerTable for DynamoDbTable {
                 .expression_attribute_values(":true", AttributeValue::Bool(true))
                 .expression_attribute_values(":false", AttributeValue::Bool(false))
                 .expression_attribute_values(":now", n(now_ms)),
+            SplitWrite::Execution {
+                owner,
+                execution,
+                lease_until_ms,
+            } => running(update)
+                .update_expression("SET #execution = :execution, #lease = :lease, #updated = :now")
+                // Never beside a split of the hand-made protocol.
+                .condition_expression(
+                    "#owner = :me AND #status = :running AND attribute_not_exists(#chunks)",
+                )
+                .expression_attribute_names("#execution", attr::SPLIT_EXECUTION)
+                .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
+                .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
+                .expression_attribute_names("#owner", attr::OWNER)
+                .expression_attribute_values(":execution", s(execution))
+                .expression_attribute_values(":lease", n(lease_until_ms))
+                .expression_attribute_values(":now", n(now_ms))
+                .expression_attribute_values(":me", s(owner)),
             SplitWrite::End { seen_owner } => update
                 .update_expression("REMOVE #chunks, #joining, #waiters, #queue")
                 .expression_attribute_names("#queue", attr::SPLIT_QUEUE_URL)
@@ -978,7 +1001,8 @@ impl LedgerTable for DynamoDbTable {
         };
         let mut requests = Vec::with_capacity(add.len() + remove.len());
         for job_key in add {
-            let put = ref_item_put(&self.refs_table, &item(job_key), now_ms).map_err(malformed)?;
+            let put =
+                ref_item_put(&self.refs_table, &item(job_key), None, now_ms).map_err(malformed)?;
             let request = PutRequest::builder()
                 .set_item(Some(put.item().clone()))
                 .build()
@@ -1076,6 +1100,7 @@ mod tests {
 
     fn row() -> JobRow {
         JobRow {
+            execution: None,
             job_key: "k".into(),
             step: "probe".into(),
             input_hash: "i".into(),

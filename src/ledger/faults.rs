@@ -266,7 +266,7 @@ impl LedgerTable for FaultyTable {
         shard: u8,
         limit: Option<u32>,
         from: Option<&str>,
-    ) -> Result<(Vec<String>, Option<String>), LedgerError> {
+    ) -> Result<(Vec<crate::references::RefHolder>, Option<String>), LedgerError> {
         self.enter(Call::QueryRefs, "Query", job_key).await?;
         self.inner.query_refs(job_key, shard, limit, from).await
     }

@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
 use super::{attr, JobRow, JobSplit, JobStatus};
 use crate::identity::{attr as cache_attr, ObjectVersion};
 use crate::references::{
-    attr as ref_attr, ref_item_attr, RefChange, RefItem, VersionName, VersionRefs,
+    attr as ref_attr, ref_item_attr, RefChange, RefHolder, RefItem, VersionName, VersionRefs,
 };
 
 pub(super) type Item = HashMap<String, AttributeValue>;
@@ -97,6 +97,10 @@ impl JobRow {
                 Some(_) => Some(number(attr::COLLECT_RETRY_AT_MS)?),
             },
             split: split_from_item(item)?,
+            execution: match item.get(attr::SPLIT_EXECUTION) {
+                None => None,
+                Some(_) => Some(string(attr::SPLIT_EXECUTION)?),
+            },
             collected_from: match item.get(attr::COLLECTED_FROM) {
                 None => None,
                 Some(_) => {
@@ -151,6 +155,9 @@ impl JobRow {
         }
         if let Some(from) = self.collected_from {
             item.insert(attr::COLLECTED_FROM.into(), s(from.as_str()));
+        }
+        if let Some(execution) = &self.execution {
+            item.insert(attr::SPLIT_EXECUTION.into(), s(execution));
         }
         if let Some(split) = &self.split {
             item.insert(
@@ -383,15 +390,47 @@ pub(super) fn version_update(
 
 /// A reference item's put in a reference transaction (unconditional: a
 /// put of an item that exists changes nothing but its time).
-pub(super) fn ref_item_put(table: &str, item: &RefItem, now_ms: u64) -> Result<Put, String> {
-    Put::builder()
+/// A reference item's put; `version`: the version it names (a holder's
+/// names none).
+pub(super) fn ref_item_put(
+    table: &str,
+    item: &RefItem,
+    version: Option<&VersionName>,
+    now_ms: u64,
+) -> Result<Put, String> {
+    let mut put = Put::builder()
         .table_name(table)
         .item(ref_item_attr::JOB_SHARD, s(&item.partition()))
         .item(ref_item_attr::VERSION, s(&item.version_row))
         .item(ref_item_attr::JOB_KEY, s(&item.job_key))
-        .item(ref_item_attr::CREATED_AT_MS, n(now_ms))
-        .build()
-        .map_err(|e| e.to_string())
+        .item(ref_item_attr::CREATED_AT_MS, n(now_ms));
+    if let Some(version) = version {
+        put = put
+            .item(ref_item_attr::BUCKET, s(&version.bucket))
+            .item(ref_item_attr::OBJECT_KEY, s(&version.key));
+        if let Some(id) = &version.version_id {
+            put = put.item(ref_item_attr::VERSION_ID, s(id));
+        }
+    }
+    put.build().map_err(|e| e.to_string())
+}
+
+/// The holder a job's Query found in `item`.
+pub(super) fn ref_holder_from_item(item: &Item) -> Option<RefHolder> {
+    let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+    let version_row = text(ref_item_attr::VERSION)?;
+    let version = match (text(ref_item_attr::BUCKET), text(ref_item_attr::OBJECT_KEY)) {
+        (Some(bucket), Some(key)) => Some(VersionName {
+            bucket,
+            key,
+            version_id: text(ref_item_attr::VERSION_ID),
+        }),
+        _ => None,
+    };
+    Some(RefHolder {
+        version_row,
+        version,
+    })
 }
 
 /// A reference item's delete in a reference transaction; `exact`:

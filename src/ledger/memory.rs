@@ -9,7 +9,7 @@ use super::{
     Claim, ClaimRequest, Conditional, Finish, JobRow, JobStatus, LedgerError, LedgerTable,
 };
 use crate::identity::ObjectVersion;
-use crate::references::{RefChange, VersionName, VersionRefs};
+use crate::references::{RefChange, RefHolder, VersionName, VersionRefs};
 
 use super::{
     collectable, unsealed, CollectDue, CollectRequest, DeferCollect, JobSplit, RefWrite, SplitWrite,
@@ -26,6 +26,9 @@ pub struct InMemoryTable {
     /// The references table: (job key, version row key). Locked after
     /// `versions`.
     refs: Mutex<BTreeSet<(String, String)>>,
+    /// The version each version row key names, as its reference items
+    /// carry it.
+    names: Mutex<HashMap<String, VersionName>>,
 }
 
 impl InMemoryTable {
@@ -36,6 +39,7 @@ impl InMemoryTable {
             hashes: Mutex::default(),
             versions: Mutex::default(),
             refs: Mutex::default(),
+            names: Mutex::default(),
         }
     }
 
@@ -53,6 +57,10 @@ impl InMemoryTable {
 
     fn refs(&self) -> std::sync::MutexGuard<'_, BTreeSet<(String, String)>> {
         self.refs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<String, VersionName>> {
+        self.names.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Every reference item: (job key, version row key).
@@ -123,6 +131,7 @@ impl LedgerTable for InMemoryTable {
         row.released_at_ms = None;
         row.deletes_started_at_ms = None;
         row.collected_from = None;
+        row.execution = None;
         Ok(Conditional::Applied(row.attempts))
     }
 
@@ -260,6 +269,9 @@ impl LedgerTable for InMemoryTable {
             });
         }
         versions.insert(row_key.clone(), change.next.clone());
+        if !change.add.is_empty() {
+            self.names().insert(row_key.clone(), version.clone());
+        }
         for job_key in &change.add {
             refs.insert((job_key.clone(), row_key.clone()));
         }
@@ -334,14 +346,18 @@ impl LedgerTable for InMemoryTable {
         shard: u8,
         limit: Option<u32>,
         _from: Option<&str>,
-    ) -> Result<(Vec<String>, Option<String>), LedgerError> {
-        let found: Vec<String> = self
+    ) -> Result<(Vec<crate::references::RefHolder>, Option<String>), LedgerError> {
+        let names = self.names();
+        let found: Vec<RefHolder> = self
             .refs()
             .iter()
             .filter(|(job, version)| {
                 job == job_key && crate::references::shard_of(version) == shard
             })
-            .map(|(_, version)| version.clone())
+            .map(|(_, version)| RefHolder {
+                version_row: version.clone(),
+                version: names.get(version).cloned(),
+            })
             .take(limit.map_or(usize::MAX, |l| l as usize))
             .collect();
         Ok((found, None))
@@ -469,6 +485,17 @@ impl LedgerTable for InMemoryTable {
                 split.queue_url = queue_url.to_string();
                 split.joining = false;
                 split.waiters.insert(waiter.to_string());
+                row.lease_until_ms = lease_until_ms;
+            }
+            SplitWrite::Execution {
+                owner,
+                execution,
+                lease_until_ms,
+            } => {
+                if !running || row.owner != owner || row.split.is_some() {
+                    return Ok(Conditional::Rejected(Some(row.clone())));
+                }
+                row.execution = Some(execution.to_string());
                 row.lease_until_ms = lease_until_ms;
             }
             SplitWrite::Wait { waiter } => match &mut row.split {

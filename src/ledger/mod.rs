@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::identity::ObjectVersion;
 use crate::lease::is_live;
-use crate::references::{RefChange, VersionName, VersionRefs};
+use crate::references::{RefChange, RefHolder, VersionName, VersionRefs};
 
 // DynamoDB's contention, modelled: the simulation's and the tests'.
 mod collection;
@@ -69,6 +69,10 @@ pub mod attr {
     pub const SPLIT_WAITERS: &str = "split_waiters";
     /// The queue a split job's chunks were sent to.
     pub const SPLIT_QUEUE_URL: &str = "split_queue_url";
+    /// S: the ARN of the Step Functions execution that runs the job's
+    /// split (DESIGN.md, "Chunked HLS"), recorded by its claimant before
+    /// it starts it; removed by a takeover.
+    pub const SPLIT_EXECUTION: &str = "split_execution";
 }
 
 /// Stored errors are cut to this many characters.
@@ -152,6 +156,10 @@ pub struct JobRow {
     /// The job was split into chunk jobs (DESIGN.md, "Chunked HLS"): kept
     /// until its end was handed on to its waiters and its chunks released.
     pub split: Option<JobSplit>,
+    /// The ARN of the Step Functions execution running the job's split
+    /// (its claimant's): while it runs the job is held, and its end
+    /// finishes the job.
+    pub execution: Option<String>,
 }
 
 /// A split job's chunks and waiters, on its row.
@@ -210,6 +218,14 @@ pub enum SplitWrite<'a> {
     /// The job's end was handed on and its chunks released: the split is
     /// removed, conditioned on `done` or `failed` with `seen_owner`.
     End { seen_owner: &'a str },
+    /// The claim's run is split by a Step Functions execution: its ARN
+    /// recorded (before the execution starts) and the lease set to the
+    /// execution's bound, conditioned on the claim's owner and `running`.
+    Execution {
+        owner: &'a str,
+        execution: &'a str,
+        lease_until_ms: u64,
+    },
 }
 
 /// How a claim ends.
@@ -315,6 +331,7 @@ impl JobRow {
     /// it, changing what they need.)
     pub fn claimed(request: &ClaimRequest) -> JobRow {
         JobRow {
+            execution: None,
             job_key: request.job_key.clone(),
             step: request.step.clone(),
             input_hash: request.input_hash.clone(),
@@ -354,6 +371,10 @@ pub struct Claim {
     /// Taken over from a split whose lease passed (the split stays on the
     /// row): a run that does not split it again must end it.
     pub had_split: bool,
+    /// The execution of the attempt taken over (a split by Step Functions
+    /// that failed, or whose execution closed or never started): the new
+    /// attempt releases its holds on the chunks once its own are written.
+    pub superseded: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -664,7 +685,7 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
     ) -> Result<Conditional<()>, LedgerError>;
 
     /// One Query page (consistent) of a job's reference items in `shard`:
-    /// their version row keys, at most `limit`, from `from` (the last
+    /// their version row keys and names, at most `limit`, from `from` (the last
     /// page's `next`).
     async fn query_refs(
         &self,
@@ -672,7 +693,7 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
         shard: u8,
         limit: Option<u32>,
         from: Option<&str>,
-    ) -> Result<(Vec<String>, Option<String>), LedgerError>;
+    ) -> Result<(Vec<RefHolder>, Option<String>), LedgerError>;
 
     /// DeleteItem of a collected row, conditioned on `collecting` by `owner`.
     async fn end_collect(&self, job_key: &str, owner: &str)
@@ -1040,6 +1061,7 @@ impl Ledger {
             {
                 Conditional::Applied(attempt) => ClaimOutcome::Run(Claim {
                     had_split: seen.split.is_some(),
+                    superseded: seen.execution.clone(),
                     ..claim_of(request, attempt, &seen.output_prefix)
                 }),
                 Conditional::Rejected(Some(winner)) if winner.status == JobStatus::Done => {
@@ -1049,6 +1071,18 @@ impl Ledger {
                 Conditional::Rejected(None) => ClaimOutcome::Busy(seen.clone()),
             },
         )
+    }
+
+    /// Takes over a job whose split's execution has closed (or never
+    /// started) while its row still runs and its lease holds: the claimant
+    /// read `seen` and asked Step Functions. Conditioned on the row as
+    /// read, as any takeover; the run is counted.
+    pub async fn take_over_closed(
+        &self,
+        request: &ClaimRequest,
+        seen: &JobRow,
+    ) -> Result<ClaimOutcome, LedgerError> {
+        self.take_over(request, seen).await
     }
 
     /// Makes a failed (or poisoned) job claimable again: its attempts and
@@ -1163,6 +1197,7 @@ fn claim_of(request: &ClaimRequest, attempt: u64, output_prefix: &str) -> Claim 
         lease_until_ms: request.lease_until_ms,
         output_prefix: output_prefix.to_string(),
         had_split: false,
+        superseded: None,
     }
 }
 

@@ -3,6 +3,7 @@ use super::*;
 
 fn row(status: JobStatus, lease_until_ms: u64) -> JobRow {
     JobRow {
+        execution: None,
         job_key: "k".into(),
         step: "probe".into(),
         input_hash: "i".into(),
@@ -259,7 +260,7 @@ impl LedgerTable for DeletedInBetween {
         shard: u8,
         limit: Option<u32>,
         from: Option<&str>,
-    ) -> Result<(Vec<String>, Option<String>), LedgerError> {
+    ) -> Result<(Vec<crate::references::RefHolder>, Option<String>), LedgerError> {
         self.inner.query_refs(job_key, shard, limit, from).await
     }
     async fn end_collect(

@@ -19,6 +19,7 @@
 pub mod completion;
 pub mod graph;
 pub mod message;
+pub mod split;
 
 pub use graph::{ChainedInput, Graph, GraphError, Node};
 pub use message::{HandOn, HAND_ON_MARKER};

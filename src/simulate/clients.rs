@@ -218,7 +218,7 @@ impl LedgerTable for SimTable {
         shard: u8,
         limit: Option<u32>,
         from: Option<&str>,
-    ) -> Result<(Vec<String>, Option<String>), LedgerError> {
+    ) -> Result<(Vec<crate::references::RefHolder>, Option<String>), LedgerError> {
         self.count("Query (references)", 0.0, 1.0).await;
         self.inner.query_refs(job_key, shard, limit, from).await
     }

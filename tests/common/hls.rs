@@ -146,3 +146,23 @@ pub fn play(master: &Path, scratch: &Path) -> (usize, usize) {
     let samples = std::fs::metadata(&audio).unwrap().len() as usize / 4;
     (frames, samples)
 }
+
+/// An ffmpeg that fails the run of span 2 (`-start_number 2`), naming
+/// the injected failure, and runs every other.
+pub fn ffmpeg_failing_span_2() -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempdir("failing-ffmpeg");
+    let script = dir.join("ffmpeg");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n\
+             case \" $* \" in *' -start_number 2 '*) echo 'injected failure' >&2; exit 1;; esac\n\
+             exec '{real}' \"$@\"\n",
+            real = super::media::ffmpeg().display(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}

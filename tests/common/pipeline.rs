@@ -189,6 +189,12 @@ impl Pipeline {
         if let Some(bus) = &bus {
             app = app.with_bus(bus.clone());
         }
+        // As App::from_config attaches Step Functions when a state machine
+        // is named.
+        if config.split_machine_arn.is_some() {
+            let sfn = aws_sdk_sfn::Client::new(&sdk);
+            app = app.with_executions(Arc::new(mediaonce::executions::SfnExecutions::new(sfn)));
+        }
         let app = Arc::new(app);
         app.ledger.check_table().await.expect("table is usable");
 

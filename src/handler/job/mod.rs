@@ -13,6 +13,7 @@ use super::collect::collect_now;
 use super::split_end::{end_if_settled, end_split_of};
 use super::{lock, App, Invocation, JobReport, Outcome, StartCheck};
 
+pub(super) mod execution;
 mod split;
 
 use crate::config::{split_s3_location, RecipeRule};
@@ -219,6 +220,11 @@ impl<'a> JobRun<'a> {
                 }
                 report.settled(Verdict::Done, row)
             }
+            Ok(ClaimOutcome::Busy(row)) if row.execution.is_some() => {
+                let execution = row.execution.clone().unwrap_or_default();
+                self.wait_for_execution(&row, &execution, &request, &report)
+                    .await
+            }
             Ok(ClaimOutcome::Busy(row)) if row.split.is_some() => {
                 self.wait_for_split(&row, &report).await
             }
@@ -258,7 +264,13 @@ impl<'a> JobRun<'a> {
         let mut outputs = JobOutputs::new(app.store.clone(), output_bucket, prefix);
         let result = match self.split(&input).await {
             Ok(Some((spans, queue_url))) => {
-                return self.coordinate(claim, &spans, queue_url, report).await
+                return match app.split_engine() {
+                    Some(engine) => {
+                        self.start_execution(claim, &spans, queue_url, engine, report)
+                            .await
+                    }
+                    None => self.coordinate(claim, &spans, queue_url, report).await,
+                };
             }
             Ok(None) => self.run_step(&input, &mut outputs).await,
             Err(err) => Err(err),

@@ -642,6 +642,7 @@ async fn a_stalled_page_of_deletes_is_abandoned_before_the_lease_ends() {
     objects.insert("out", "derived/j/probe.json", b"{}", false);
     let table = InMemoryTable::new("jobs");
     table.insert(JobRow {
+        execution: None,
         job_key: "j".into(),
         step: "probe".into(),
         input_hash: "i".into(),

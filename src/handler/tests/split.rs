@@ -23,6 +23,7 @@ async fn a_version_waits_for_a_running_split_and_not_for_a_collected_one() {
     .to_body();
     let now = f.app.now_ms();
     let split_row = |status, waiters: Vec<String>| JobRow {
+        execution: None,
         job_key: key.clone(),
         step: rule.recipe.step.clone(),
         input_hash: sha256_hex(b"video"),
