@@ -8,7 +8,6 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::key::json_type;
-use crate::pipeline::message::ChunkHandOn;
 use crate::pipeline::split::SplitTask;
 use crate::pipeline::HandOn;
 
@@ -19,8 +18,6 @@ pub enum Notification {
     TestEvent,
     /// One or more S3 event records.
     Records(Vec<S3Record>),
-    /// One span of an `hls-package` job to run as a job of its own.
-    Chunk(Box<ChunkHandOn>),
     /// A task of a split's Step Functions execution, with its token.
     SplitTask(Box<SplitTask>),
 }
@@ -201,10 +198,6 @@ pub fn parse_body(body: &str) -> Result<Notification, BodyError> {
     if SplitTask::is_task(&value) {
         let task = SplitTask::from_value(value).map_err(BodyError::NotS3)?;
         return Ok(Notification::SplitTask(Box::new(task)));
-    }
-    if ChunkHandOn::is_chunk(&value) {
-        let chunk = ChunkHandOn::from_value(value).map_err(BodyError::NotS3)?;
-        return Ok(Notification::Chunk(Box::new(chunk)));
     }
     if HandOn::is_hand_on(&value) {
         let hand_on = HandOn::from_value(value).map_err(BodyError::NotS3)?;

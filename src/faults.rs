@@ -47,9 +47,9 @@ pub enum Call {
     QueryRefs,
     /// References: a seal's UpdateItem.
     SealRefs,
-    /// UpdateItem of a split job's row.
-    WriteSplit,
-    /// BatchWriteItem of a split job's chunk references.
+    /// UpdateItem recording a split's execution.
+    RecordExecution,
+    /// BatchWriteItem of a split's holds on its chunks.
     WriteHolderRefs,
     /// Objects: ListObjectsV2.
     ListObjects,

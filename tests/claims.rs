@@ -55,7 +55,6 @@ async fn seed(
         collect_failures: 0,
         collect_retry_at_ms: None,
         collected_from: None,
-        split: None,
     };
     p.seed_row(&row).await;
     row

@@ -804,7 +804,6 @@ fn due_row(job_key: &str, output_prefix: String) -> JobRow {
         collect_failures: 0,
         collect_retry_at_ms: None,
         collected_from: None,
-        split: None,
     }
 }
 

@@ -16,8 +16,8 @@ use mediaonce::key::sha256_hex;
 use mediaonce::ledger::dynamodb::DynamoDbTable;
 use mediaonce::ledger::memory::InMemoryTable;
 use mediaonce::ledger::{
-    Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, Finish, JobRow, JobSplit,
-    JobStatus, LedgerTable, RefWrite, SplitWrite,
+    Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, ExecutionRecord, Finish, JobRow,
+    JobStatus, LedgerTable, RefWrite,
 };
 use mediaonce::references::{self, RefChange, RefHolder, VersionName};
 use mediaonce::store::memory::InMemoryObjects;
@@ -46,7 +46,6 @@ fn row(key: &str, owner: &str, status: JobStatus, lease_until_ms: u64) -> JobRow
         collect_failures: 0,
         collect_retry_at_ms: None,
         collected_from: None,
-        split: None,
     }
 }
 
@@ -71,7 +70,6 @@ fn claim(key: &str, owner: &str) -> Claim {
         attempt: 1,
         lease_until_ms: 0,
         output_prefix: String::new(),
-        had_split: false,
         superseded: None,
     }
 }
@@ -829,120 +827,63 @@ async fn hash_cache_contract(table: &impl LedgerTable) {
     split_contract(table).await;
 }
 
-/// A split: recorded by its claim's owner only, waited on while it runs,
-/// taken to join once (again only when that lease passed), ended once
-/// finished; its chunks referenced by a holder and released.
+/// A split's execution: recorded by its claim's owner only, on a running
+/// row, with its lease; removed by a takeover; its chunks held by the
+/// execution's holder and released.
 async fn split_contract<T: LedgerTable>(table: &T) {
-    let coordinated = row("s", "coord/1", JobStatus::Running, 10_000);
-    table.put_new(&coordinated).await.unwrap();
+    let claimed = row("s", "claimant/1", JobStatus::Running, 10_000);
+    table.put_new(&claimed).await.unwrap();
     let chunks = vec!["c0".to_string(), "c1".to_string()];
-    let coordinate = |owner| SplitWrite::Coordinate {
+    let arn = "arn:aws:states:us-east-1:1:execution:split:s-1";
+    let record = |owner| ExecutionRecord {
         owner,
-        chunks: &chunks,
+        execution: arn,
         lease_until_ms: 50_000,
-        waiter: "w1",
-        queue_url: "https://q",
     };
     let rejected = |c: Conditional<()>| matches!(c, Conditional::Rejected(Some(_)));
     assert!(rejected(
         table
-            .write_split("s", coordinate("other/1"), 5)
+            .record_execution("s", record("other/1"), 5)
             .await
             .unwrap()
     ));
-    let write = |w, now| table.write_split("s", w, now);
-    assert_eq!(
-        write(coordinate("coord/1"), 5).await.unwrap(),
-        Conditional::Applied(())
-    );
-    for _ in 0..2 {
-        let wait = SplitWrite::Wait { waiter: "w2" };
-        assert_eq!(write(wait, 6).await.unwrap(), Conditional::Applied(()));
-    }
-    let split = table.get("s").await.unwrap().unwrap();
-    assert_eq!(split.lease_until_ms, 50_000);
-    assert_eq!(
-        split.split,
-        Some(JobSplit {
-            chunks: chunks.clone(),
-            joining: false,
-            waiters: ["w1", "w2"].map(String::from).into(),
-            queue_url: "https://q".into(),
-        })
-    );
-    let end = |seen_owner| SplitWrite::End { seen_owner };
-    assert!(rejected(write(end("coord/1"), 7).await.unwrap()));
-    let join = |seen_owner, owner, lease_until_ms| SplitWrite::Join {
-        seen_owner,
-        owner,
-        lease_until_ms,
-    };
-    assert_eq!(
-        write(join("coord/1", "joiner/1", 60_000), 7).await.unwrap(),
-        Conditional::Applied(())
-    );
-    // Joining: refused while the joiner's lease lasts, taken after it.
-    assert!(rejected(
-        write(join("joiner/1", "joiner/2", 70_000), 8)
-            .await
-            .unwrap()
-    ));
-    assert_eq!(
-        write(join("joiner/1", "joiner/2", 70_000), 60_000)
-            .await
-            .unwrap(),
-        Conditional::Applied(())
-    );
-    let joined = table.get("s").await.unwrap().unwrap();
-    assert_eq!(
-        (
-            joined.owner.as_str(),
-            joined.lease_until_ms,
-            joined.attempts
-        ),
-        ("joiner/2", 70_000, coordinated.attempts)
-    );
-    assert!(joined.split.as_ref().unwrap().joining);
     assert_eq!(
         table
-            .finish(&claim("s", "joiner/2"), Finish::Done, 61_000)
+            .record_execution("s", record("claimant/1"), 5)
             .await
             .unwrap(),
         Conditional::Applied(())
     );
+    let recorded = table.get("s").await.unwrap().unwrap();
+    assert_eq!(
+        (recorded.execution.as_deref(), recorded.lease_until_ms),
+        (Some(arn), 50_000)
+    );
+    // Not on a row that is not running.
+    let done = row("d-exec", "claimant/1", JobStatus::Done, 10_000);
+    table.put_new(&done).await.unwrap();
     assert!(rejected(
-        write(SplitWrite::Wait { waiter: "w3" }, 61_001)
+        table
+            .record_execution("d-exec", record("claimant/1"), 6)
             .await
             .unwrap()
     ));
-    assert!(rejected(write(end("coord/1"), 61_002).await.unwrap()));
-    assert_eq!(
-        write(end("joiner/2"), 61_002).await.unwrap(),
-        Conditional::Applied(())
-    );
-    assert_eq!(table.get("s").await.unwrap().unwrap().split, None);
-
-    // A split job whose runs are spent and whose lease passed a grace ago
-    // is due for collection (its waiters are handed on then); another
-    // running row at its cap is not (poisoned: it stops its content).
-    for (key, split) in [("spent-split", true), ("spent", false)] {
-        let mut spent = row(key, "gone/1", JobStatus::Running, 100);
-        spent.attempts = 6;
-        spent.split = split.then(|| JobSplit {
-            chunks: chunks.clone(),
-            ..JobSplit::default()
-        });
-        table.put_new(&spent).await.unwrap();
-    }
-    let due = CollectDue {
-        before_ms: 1_000,
-        now_ms: 2_000,
+    // A takeover (an execution that closed) removes it.
+    let request = ClaimRequest {
+        job_key: "s".into(),
+        step: "probe".into(),
+        input_hash: "i".into(),
+        output_prefix: "derived/s/".into(),
+        owner: "taker/1".into(),
+        lease_until_ms: 60_000,
+        now_ms: 7,
         max_attempts: 3,
     };
-    let (rows, _) = table.scan_collectable(&due, None).await.unwrap();
-    let keys: Vec<&str> = rows.iter().map(|r| r.job_key.as_str()).collect();
-    assert!(keys.contains(&"spent-split"), "{keys:?}");
-    assert!(!keys.contains(&"spent"), "{keys:?}");
+    assert_eq!(
+        table.take_over(&recorded, &request).await.unwrap(),
+        Conditional::Applied(recorded.attempts + 1)
+    );
+    assert_eq!(table.get("s").await.unwrap().unwrap().execution, None);
 
     let holder = "split#s";
     let shard = references::shard_of(holder);

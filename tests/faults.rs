@@ -130,7 +130,6 @@ async fn a_5xx_on_takeover_comes_back_then_takes_over() {
         collect_failures: 0,
         collect_retry_at_ms: None,
         collected_from: None,
-        split: None,
     };
     p.seed_row(&dead).await;
     let faults = Arc::new(FaultPlan::new());

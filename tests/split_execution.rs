@@ -16,6 +16,7 @@ use common::hls::{run_direct, small_clip, step_in};
 use common::{receive_from, unique, Options, Pipeline};
 use mediaonce::config::{ENV_CHUNK_QUEUE_URL, ENV_EVENT_BUS, ENV_SPLIT_MACHINE_ARN};
 use mediaonce::executions::{ExecutionClient, ExecutionStatus, SfnExecutions};
+use mediaonce::fingerprint::FingerprintSource;
 use mediaonce::handler::{JobReport, Outcome};
 use mediaonce::ledger::JobStatus;
 use serde_json::Value;
@@ -35,6 +36,8 @@ struct Split {
     chunk_queue: String,
     chunk_queue_arn: String,
     sfn: SfnExecutions,
+    /// Every task message the handler was given.
+    handled: std::sync::Mutex<Vec<String>>,
 }
 
 async fn split_pipeline(vars: Vec<(&'static str, String)>) -> Split {
@@ -80,6 +83,7 @@ async fn split_pipeline(vars: Vec<(&'static str, String)>) -> Split {
         chunk_queue,
         chunk_queue_arn,
         sfn: SfnExecutions::new(sfn),
+        handled: Default::default(),
     }
 }
 
@@ -89,6 +93,19 @@ impl Split {
     /// at once), until `execution` has ended; its status and the chunk
     /// jobs' reports.
     async fn run_execution(&self, execution: &str) -> (ExecutionStatus, Vec<JobReport>) {
+        let (status, reports) = self.run_with(&self.p.app, execution, |_| false).await;
+        (status.expect("run to its end"), reports)
+    }
+
+    /// The same, with `app` as the chunk function, stopping (the message
+    /// left for later) at the first task message `stop_before` picks:
+    /// `None` then.
+    async fn run_with(
+        &self,
+        app: &std::sync::Arc<mediaonce::handler::App>,
+        execution: &str,
+        stop_before: impl Fn(&Value) -> bool,
+    ) -> (Option<ExecutionStatus>, Vec<JobReport>) {
         let mut reports = Vec::new();
         for _poll in 0..600 {
             let messages = receive_from(&self.p.sqs, &self.chunk_queue).await;
@@ -96,39 +113,44 @@ impl Split {
                 let status = self.sfn.describe_execution(execution).await.unwrap();
                 match status {
                     Some(ExecutionStatus::Running) => continue,
-                    Some(status) => return (status, reports),
+                    Some(status) => return (Some(status), reports),
                     None => panic!("no execution {execution}"),
                 }
+            }
+            let stop = messages.iter().any(|m| {
+                serde_json::from_str::<Value>(m.body().unwrap_or_default())
+                    .is_ok_and(|body| stop_before(&body))
+            });
+            if stop {
+                for message in &messages {
+                    self.come_back(message).await;
+                }
+                return (None, reports);
             }
             let batch: Vec<SqsMessage> = messages
                 .iter()
                 .cloned()
                 .map(|m| common::sqs::lambda_message(m, &self.chunk_queue_arn))
                 .collect();
-            let report = self.p.handle(batch).await;
+            self.handled
+                .lock()
+                .unwrap()
+                .extend(messages.iter().filter_map(|m| m.body().map(str::to_string)));
+            let report = common::handle_with(app.clone(), batch).await;
             reports.extend(report.jobs().cloned());
             let failed = common::failed_ids(&report);
             for message in messages {
-                let receipt = message.receipt_handle().unwrap();
                 if failed
                     .iter()
                     .any(|id| Some(id.as_str()) == message.message_id())
                 {
-                    self.p
-                        .sqs
-                        .change_message_visibility()
-                        .queue_url(&self.chunk_queue)
-                        .receipt_handle(receipt)
-                        .visibility_timeout(0)
-                        .send()
-                        .await
-                        .unwrap();
+                    self.come_back(&message).await;
                 } else {
                     self.p
                         .sqs
                         .delete_message()
                         .queue_url(&self.chunk_queue)
-                        .receipt_handle(receipt)
+                        .receipt_handle(message.receipt_handle().unwrap())
                         .send()
                         .await
                         .unwrap();
@@ -136,6 +158,19 @@ impl Split {
             }
         }
         panic!("execution {execution} did not end");
+    }
+
+    /// A chunk queue message made visible again at once.
+    async fn come_back(&self, message: &aws_sdk_sqs::types::Message) {
+        self.p
+            .sqs
+            .change_message_visibility()
+            .queue_url(&self.chunk_queue)
+            .receipt_handle(message.receipt_handle().unwrap())
+            .visibility_timeout(0)
+            .send()
+            .await
+            .unwrap();
     }
 
     /// The job queue's messages, handled and deleted, until it is empty.
@@ -203,10 +238,6 @@ async fn a_split_runs_as_an_execution_and_every_upload_of_the_bytes_gets_its_eve
         .clone()
         .expect("the row records its execution");
     assert!(
-        row.split.is_none(),
-        "nothing else about the split is on the row"
-    );
-    assert!(
         execution.contains(&format!(":{}-", parent.job_key)),
         "named by the job: {execution}"
     );
@@ -250,7 +281,7 @@ async fn a_split_runs_as_an_execution_and_every_upload_of_the_bytes_gets_its_eve
     let whole: BTreeMap<String, Vec<u8>> = whole
         .into_iter()
         .filter_map(|(name, bytes)| Some((name.strip_prefix("job/")?.to_string(), bytes)))
-        .filter(|(name, _)| name != "manifest.json")
+        .filter(|(name, _)| name != "_manifest.json")
         .collect();
     assert!(whole.contains_key("master.m3u8"), "{:?}", whole.keys());
     for (name, bytes) in &whole {
@@ -278,6 +309,42 @@ async fn a_split_runs_as_an_execution_and_every_upload_of_the_bytes_gets_its_eve
     // The chunks are released: only the second upload references the job,
     // nothing holds the chunks.
     assert_eq!(p.refs(&parent.job_key).await, 1);
+
+    // It plays end to end, as a player reads it.
+    let dir = common::hls::tempdir("execution-played");
+    for (name, bytes) in &package {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+    let (frames, _) = common::hls::play(&dir.join("master.m3u8"), &dir);
+    assert!(frames > 0);
+
+    // A duplicated upload message reuses the package; a chunk task's
+    // message delivered again finds its task ended and runs nothing.
+    let chunk_body = s
+        .handled
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|b| b.contains("hls-chunk/2"))
+        .cloned()
+        .expect("a chunk task went through the queue");
+    let second_body = serde_json::json!({"Records": [{"eventName": "ObjectCreated:Put",
+        "s3": {"bucket": {"name": p.bucket}, "object": {"key": "talks/second.mp4"}}}]})
+    .to_string();
+    let report = p
+        .handle(vec![
+            p.send_raw(&second_body).await,
+            p.send_raw(&chunk_body).await,
+        ])
+        .await;
+    let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Reused], "{report:?}");
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
 }
 
 /// A chunk that fails every run: the definition retries it, the chunk
@@ -385,4 +452,165 @@ async fn a_claimant_that_died_before_starting_its_execution_is_taken_over() {
     let walked = s.drain_jobs().await;
     let outcomes: Vec<Outcome> = walked.iter().map(|r| r.outcome).collect();
     assert_eq!(outcomes, [Outcome::Reused], "{walked:#?}");
+}
+
+/// Two uploads of one video in one batch: the first's claim starts the
+/// execution, the second's reads the job running and waits too; the end
+/// hands both on, and each gets its event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_of_the_same_video_in_one_batch_both_wait_and_both_get_their_event() {
+    let p0 = Pipeline::new(Options::default()).await;
+    let (bus, app_queue) = common::events::subscribed_bus(&p0).await;
+    let s = split_pipeline(vec![(ENV_EVENT_BUS, bus)]).await;
+    let p = &s.p;
+    let bytes = small_clip();
+    p.put("talks/a.mp4", &bytes, true).await;
+    p.put("talks/b.mp4", &bytes, true).await;
+    let report = p.handle(p.receive(2).await).await;
+    let outcomes: Vec<Outcome> = report.jobs().map(|j| j.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Waiting, Outcome::Waiting], "{report:?}");
+    let key = report.jobs().next().unwrap().job_key.clone();
+    let execution = p.row(&key).await.unwrap().execution.unwrap();
+    let (status, _) = s.run_execution(&execution).await;
+    assert_eq!(status, ExecutionStatus::Succeeded);
+    let walked = s.drain_jobs().await;
+    let outcomes: Vec<Outcome> = walked.iter().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Reused, Outcome::Reused], "{walked:#?}");
+    let mut keys: Vec<String> = common::events::events(&p0, &app_queue, 2)
+        .await
+        .iter()
+        .map(|e| e["detail"]["key"].as_str().unwrap_or_default().to_string())
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["talks/a.mp4", "talks/b.mp4"]);
+}
+
+/// Keyed without reading it (as an upload past what is read whole is in
+/// `auto`): the chunks trust the key their version's HEAD gives again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_video_keyed_by_version_and_etag_splits_too() {
+    let s = split_pipeline(vec![("MEDIAONCE_IDENTITY", "checksum".into())]).await;
+    let p = &s.p;
+    p.put("talks/big.mp4", &small_clip(), false).await;
+    let report = p.handle(p.receive(1).await).await;
+    let parent = report.jobs().next().unwrap().clone();
+    assert_eq!(
+        (parent.outcome, parent.input_hash_source),
+        (Outcome::Waiting, Some(FingerprintSource::VersionEtag)),
+        "{parent:?}"
+    );
+    let execution = p.row(&parent.job_key).await.unwrap().execution.unwrap();
+    let (status, chunks) = s.run_execution(&execution).await;
+    assert_eq!(status, ExecutionStatus::Succeeded, "{chunks:#?}");
+    let ran = chunks.iter().filter(|r| r.outcome == Outcome::Ran).count();
+    assert_eq!(ran, 3, "{chunks:#?}");
+    assert_eq!(
+        p.row(&parent.job_key).await.unwrap().status,
+        JobStatus::Done
+    );
+}
+
+/// With no grace a job nothing references is collected at once: a sweep
+/// while the execution runs finds every done chunk held by it and keeps
+/// it, and the join gets them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_sweep_collects_a_chunk_the_execution_holds() {
+    let s = split_pipeline(vec![("MEDIAONCE_GC_GRACE_SECS", "0".into())]).await;
+    let p = &s.p;
+    let bytes = small_clip();
+    p.put("talks/swept.mp4", &bytes, true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let parent = report.jobs().next().unwrap().clone();
+    let execution = p.row(&parent.job_key).await.unwrap().execution.unwrap();
+    // Every chunk runs; the join's message waits.
+    let (status, chunks) = s
+        .run_with(&p.app, &execution, |body| body["mediaonce"] == "hls-join/2")
+        .await;
+    assert_eq!(status, None);
+    let done: Vec<String> = chunks
+        .iter()
+        .filter(|r| r.outcome == Outcome::Ran)
+        .map(|r| r.job_key.clone())
+        .collect();
+    assert_eq!(done.len(), 3, "{chunks:#?}");
+    let sweep = p.app.collect_due(false).await.unwrap();
+    assert!(sweep.failures.is_empty(), "{sweep:?}");
+    assert_eq!(sweep.objects(), 0, "{sweep:?}");
+    for chunk in &done {
+        assert_eq!(p.refs(chunk).await, 1, "held by the execution");
+        assert!(!p.output_keys(&format!("derived/{chunk}/")).await.is_empty());
+    }
+    let (status, _) = s.run_execution(&execution).await;
+    assert_eq!(status, ExecutionStatus::Succeeded);
+    assert_eq!(
+        p.row(&parent.job_key).await.unwrap().status,
+        JobStatus::Done
+    );
+    // Released by the end: with no grace, the next sweep collects them.
+    for chunk in &done {
+        assert_eq!(p.refs(chunk).await, 0, "released");
+    }
+}
+
+/// A deployment edits the recipe while the execution runs: the chunks,
+/// the join and the manifest follow the recipe the execution started
+/// with, so the package is the one its job key names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recipe_edited_mid_split_changes_nothing_the_execution_runs() {
+    let s = split_pipeline(Vec::new()).await;
+    let p = &s.p;
+    let bytes = small_clip();
+    let whole = run_direct(&step_in("execution-edited"), &bytes, split_params(), None)
+        .await
+        .unwrap();
+    p.put("talks/edited.mp4", &bytes, true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let parent = report.jobs().next().unwrap().clone();
+    let execution = p.row(&parent.job_key).await.unwrap().execution.unwrap();
+    let mut edited = split_params();
+    edited["preset"] = "veryfast".into();
+    edited["ladder"] = serde_json::json!([180]);
+    let recipes = serde_json::json!([{"name": "hls", "step": "hls-package", "version": 1,
+        "params": edited}]);
+    let redeployed = p.worker_with(&[("MEDIAONCE_RECIPES", recipes.to_string())]);
+    let (status, chunks) = s.run_with(&redeployed, &execution, |_| false).await;
+    assert_eq!(status, Some(ExecutionStatus::Succeeded), "{chunks:#?}");
+    let package = package_of(p, &parent.job_key).await;
+    for (name, bytes) in &whole {
+        let Some(name) = name.strip_prefix("job/") else {
+            continue;
+        };
+        if name != "_manifest.json" {
+            assert_eq!(package.get(name), Some(bytes), "{name}");
+        }
+    }
+    let manifest: Value = serde_json::from_slice(&package["_manifest.json"]).unwrap();
+    assert_eq!(manifest["recipe"]["params"], split_params());
+}
+
+/// A task message the function cannot trust is refused (it comes back,
+/// to be dead-lettered) with nothing run: one of another state machine's
+/// executions, and one whose job key does not follow from its input hash
+/// and recipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_message_that_cannot_be_trusted_is_refused() {
+    let s = split_pipeline(Vec::new()).await;
+    let p = &s.p;
+    let fixture: Value = serde_json::from_str(include_str!("../events/hls-chunk.json")).unwrap();
+    let body: Value =
+        serde_json::from_str(fixture["Records"][0]["body"].as_str().unwrap()).unwrap();
+    let machine = p.app.config.split_machine_arn.clone().unwrap();
+    let ours = mediaonce::executions::execution_arn(&machine, "x-1");
+    let mut wrong_key = body.clone();
+    wrong_key["execution"] = ours.into();
+    for (body, why) in [
+        (body.clone(), "not one of"),
+        (wrong_key, "is not the key of its input hash and recipe"),
+    ] {
+        let report = p.handle(vec![p.send_raw(&body.to_string()).await]).await;
+        assert_eq!(report.jobs().count(), 0, "{report:?}");
+        assert_eq!(report.response().batch_item_failures.len(), 1);
+        let error = report.messages[0].error.clone().unwrap_or_default();
+        assert!(error.contains(why), "{error}");
+    }
 }

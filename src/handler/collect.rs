@@ -28,8 +28,6 @@
 //! Abandoned rows are collected the same way: a `running` row whose lease
 //! ended a grace ago, or a `failed` one (not poisoned) untouched for a
 //! grace: no message came back for them, because their object is gone.
-//! A split job's waiting versions are handed on and its chunks released
-//! before its outputs go ([`super::split_end::release_split`]).
 
 use std::time::Duration;
 
@@ -144,12 +142,6 @@ impl App {
         };
         if let Some(kept) = self.keep_if_referenced(&row, &owner).await? {
             return Ok(kept);
-        }
-        // A split job's chunks go with it, and its waiting versions are
-        // handed on (they split it anew).
-        if let Err(error) = super::split_end::release_split(self, &row, None).await {
-            self.defer_collection(&row, &owner).await;
-            return Err(format!("collecting {job_key}: {error}"));
         }
         match self.start_deleting(&row, &owner).await {
             Ok(()) => {}

@@ -11,13 +11,7 @@
 //! - [`job`]: one job: claim → step → manifest → finish;
 //! - [`chain`]: the jobs chained to done ones ([`crate::pipeline`]): keyed
 //!   by the upstream manifest, referenced, run or handed on;
-//! - [`chunk`]: a chunk message: one span of an `hls-package` job, run as
-//!   a job of its own;
-//! - [`join`]: a split job's chunks settle it: the last to finish joins
-//!   them (the job's own side, coordinating and waiting, is [`job`]'s);
-//! - [`split_end`]: a split job's end: its waiters handed on, its chunks
-//!   released;
-//! - [`split_tasks`]: the tasks of a split's Step Functions execution
+//! - [`split`]: the tasks of a split's Step Functions execution
 //!   (chunk, join, failure, end), each answered by its task token (the
 //!   claimant's side, starting it, is [`job`]'s);
 //! - [`references`]: after a create's jobs, the version's references; a
@@ -52,7 +46,6 @@ use crate::store::ObjectStore;
 mod batch;
 mod busy;
 mod chain;
-mod chunk;
 mod completion;
 pub mod collect;
 mod identify;
@@ -61,10 +54,8 @@ mod log;
 mod outputs;
 mod rebuild;
 mod record;
-mod join;
 mod references;
-mod split_end;
-mod split_tasks;
+mod split;
 
 pub use batch::handle_batch;
 pub use collect::Collected;

@@ -36,12 +36,8 @@ pub(super) async fn process_body(
 ) -> MessageReport {
     let records = match parse_body(body) {
         Ok(Notification::Records(records)) => records,
-        Ok(Notification::Chunk(chunk)) => {
-            return super::chunk::process_chunk(app, batch, invocation, (message_id, queue_url), &chunk)
-                .await;
-        }
         Ok(Notification::SplitTask(task)) => {
-            return super::split_tasks::process_task(app, batch, invocation, message_id, &task)
+            return super::split::process_task(app, batch, invocation, message_id, &task)
                 .await;
         }
         Ok(Notification::TestEvent) => {

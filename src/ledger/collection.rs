@@ -54,8 +54,8 @@ pub struct CollectDue {
 ///   finish) at or before the cut-off: its references are read then;
 /// - `collecting` whose collector's lease has passed (a collection that
 ///   stopped);
-/// - abandoned: `running` whose lease ended by the cut-off (a split job
-///   even when its runs are spent), or `failed`
+/// - abandoned: `running` (not poisoned) whose lease ended by the
+///   cut-off, or `failed`
 ///   (not poisoned) and untouched since it: no message came back for it
 ///   in a whole grace, because its object is gone. Its outputs are partial
 ///   at most; a later upload of the same bytes runs it from nothing.
@@ -71,11 +71,7 @@ pub fn collectable(row: &JobRow, due: &CollectDue) -> bool {
                 && row.released_at_ms.is_some_and(|at| at <= due.before_ms)
         }
         JobStatus::Collecting => !is_live(row.lease_until_ms, due.now_ms),
-        // A split job that spent its runs is collected too: its waiting
-        // versions are handed on and split it afresh (nothing else would).
-        JobStatus::Running => {
-            (!poisoned || row.split.is_some()) && row.lease_until_ms <= due.before_ms
-        }
+        JobStatus::Running => !poisoned && row.lease_until_ms <= due.before_ms,
         JobStatus::Failed => !poisoned && row.updated_at_ms <= due.before_ms,
     }
 }

@@ -23,8 +23,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::{
-    Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, Contention, DeferCollect, Finish,
-    JobRow, LedgerError, LedgerTable, RefWrite, SplitWrite,
+    Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, Contention, DeferCollect,
+    ExecutionRecord, Finish, JobRow, LedgerError, LedgerTable, RefWrite,
 };
 use crate::identity::ObjectVersion;
 use crate::references::{partition_of, RefChange, RefItem, VersionName, VersionRefs};
@@ -394,14 +394,14 @@ impl LedgerTable for ContendedTable {
         self.inner.seal_refs(row, now_ms).await
     }
 
-    async fn write_split(
+    async fn record_execution(
         &self,
         job_key: &str,
-        write: SplitWrite<'_>,
+        record: ExecutionRecord<'_>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
         self.write("UpdateItem", job_key)?;
-        self.inner.write_split(job_key, write, now_ms).await
+        self.inner.record_execution(job_key, record, now_ms).await
     }
 
     /// Each item a write of its own partition, as BatchWriteItem's are

@@ -23,7 +23,7 @@ use super::items::{
 
 use super::{
     attr, max_runs, Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, Contention,
-    DeferCollect, Finish, JobRow, JobStatus, LedgerError, LedgerTable, RefWrite, SplitWrite,
+    DeferCollect, ExecutionRecord, Finish, JobRow, JobStatus, LedgerError, LedgerTable, RefWrite,
 };
 
 /// When a row is due for collection ([`super::collectable`]): the
@@ -33,8 +33,7 @@ const COLLECTABLE: &str = "(attribute_not_exists(#retry) OR #retry <= :now) AND 
      (#status = :done AND #ref_items = :true AND attribute_exists(#mark) \
      AND #released <= :cutoff) \
      OR (#status = :collecting AND #lease <= :now) \
-     OR (#status = :running AND #lease <= :cutoff \
-         AND (#attempts < :max_runs OR attribute_exists(#split))) \
+     OR (#status = :running AND #lease <= :cutoff AND #attempts < :max_runs) \
      OR (#status = :failed AND #updated <= :cutoff AND #attempts < :max_runs \
          AND #failures < :max_attempts \
          AND (attribute_not_exists(#permanent) OR #permanent = :false)))";
@@ -54,7 +53,6 @@ fn collectable_names() -> std::collections::HashMap<String, String> {
         ("#failures", attr::FAILURES),
         ("#permanent", attr::PERMANENT),
         ("#retry", attr::COLLECT_RETRY_AT_MS),
-        ("#split", attr::SPLIT_CHUNKS),
     ]
     .into_iter()
     .map(|(name, attribute)| (name.to_string(), attribute.to_string()))
@@ -871,10 +869,10 @@ impl LedgerTable for DynamoDbTable {
         self.send_conditional(&row.job_key, update).await
     }
 
-    async fn write_split(
+    async fn record_execution(
         &self,
         job_key: &str,
-        write: SplitWrite<'_>,
+        record: ExecutionRecord<'_>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
         let update = self
@@ -882,104 +880,19 @@ impl LedgerTable for DynamoDbTable {
             .update_item()
             .table_name(&self.table)
             .key(attr::JOB_KEY, s(job_key))
+            .update_expression("SET #execution = :execution, #lease = :lease, #updated = :now")
+            .condition_expression("#owner = :me AND #status = :running")
+            .expression_attribute_names("#execution", attr::SPLIT_EXECUTION)
+            .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
+            .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
+            .expression_attribute_names("#owner", attr::OWNER)
             .expression_attribute_names("#status", attr::STATUS)
-            .expression_attribute_names("#chunks", attr::SPLIT_CHUNKS)
+            .expression_attribute_values(":execution", s(record.execution))
+            .expression_attribute_values(":lease", n(record.lease_until_ms))
+            .expression_attribute_values(":now", n(now_ms))
+            .expression_attribute_values(":me", s(record.owner))
+            .expression_attribute_values(":running", s(JobStatus::Running.as_str()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        let running = |update: UpdateItemFluentBuilder| {
-            update.expression_attribute_values(":running", s(JobStatus::Running.as_str()))
-        };
-        let waiter = |update: UpdateItemFluentBuilder, waiter: &str| {
-            update
-                .expression_attribute_names("#waiters", attr::SPLIT_WAITERS)
-                .expression_attribute_values(
-                    ":waiter",
-                    AttributeValue::Ss(vec![waiter.to_string()]),
-                )
-        };
-        let update = match write {
-            SplitWrite::Coordinate {
-                owner,
-                chunks,
-                lease_until_ms,
-                waiter: who,
-                queue_url,
-            } => waiter(running(update), who)
-                .update_expression(
-                    "SET #chunks = :chunks, #joining = :false, #lease = :lease, #updated = :now, \
-                     #queue = :queue ADD #waiters :waiter",
-                )
-                .expression_attribute_names("#queue", attr::SPLIT_QUEUE_URL)
-                .expression_attribute_values(":queue", s(queue_url))
-                .condition_expression("#owner = :me AND #status = :running")
-                .expression_attribute_names("#joining", attr::SPLIT_JOINING)
-                .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
-                .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
-                .expression_attribute_names("#owner", attr::OWNER)
-                .expression_attribute_values(
-                    ":chunks",
-                    AttributeValue::L(chunks.iter().map(|c| s(c)).collect()),
-                )
-                .expression_attribute_values(":false", AttributeValue::Bool(false))
-                .expression_attribute_values(":lease", n(lease_until_ms))
-                .expression_attribute_values(":now", n(now_ms))
-                .expression_attribute_values(":me", s(owner)),
-            SplitWrite::Wait { waiter: who } => waiter(running(update), who)
-                .update_expression("ADD #waiters :waiter")
-                .condition_expression("#status = :running AND attribute_exists(#chunks)"),
-            SplitWrite::Join {
-                seen_owner,
-                owner,
-                lease_until_ms,
-            } => running(update)
-                .update_expression(
-                    "SET #owner = :owner, #lease = :lease, #joining = :true, #updated = :now",
-                )
-                .condition_expression(
-                    "#owner = :seen AND #status = :running AND attribute_exists(#chunks) \
-                     AND (#joining = :false OR #lease <= :now)",
-                )
-                .expression_attribute_names("#owner", attr::OWNER)
-                .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
-                .expression_attribute_names("#joining", attr::SPLIT_JOINING)
-                .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
-                .expression_attribute_values(":owner", s(owner))
-                .expression_attribute_values(":seen", s(seen_owner))
-                .expression_attribute_values(":lease", n(lease_until_ms))
-                .expression_attribute_values(":true", AttributeValue::Bool(true))
-                .expression_attribute_values(":false", AttributeValue::Bool(false))
-                .expression_attribute_values(":now", n(now_ms)),
-            SplitWrite::Execution {
-                owner,
-                execution,
-                lease_until_ms,
-            } => running(update)
-                .update_expression("SET #execution = :execution, #lease = :lease, #updated = :now")
-                // Never beside a split of the hand-made protocol.
-                .condition_expression(
-                    "#owner = :me AND #status = :running AND attribute_not_exists(#chunks)",
-                )
-                .expression_attribute_names("#execution", attr::SPLIT_EXECUTION)
-                .expression_attribute_names("#lease", attr::LEASE_UNTIL_MS)
-                .expression_attribute_names("#updated", attr::UPDATED_AT_MS)
-                .expression_attribute_names("#owner", attr::OWNER)
-                .expression_attribute_values(":execution", s(execution))
-                .expression_attribute_values(":lease", n(lease_until_ms))
-                .expression_attribute_values(":now", n(now_ms))
-                .expression_attribute_values(":me", s(owner)),
-            SplitWrite::End { seen_owner } => update
-                .update_expression("REMOVE #chunks, #joining, #waiters, #queue")
-                .expression_attribute_names("#queue", attr::SPLIT_QUEUE_URL)
-                .condition_expression(
-                    "#owner = :seen AND (#status = :done OR #status = :failed) \
-                     AND attribute_exists(#chunks)",
-                )
-                .expression_attribute_names("#owner", attr::OWNER)
-                .expression_attribute_names("#joining", attr::SPLIT_JOINING)
-                .expression_attribute_names("#waiters", attr::SPLIT_WAITERS)
-                .expression_attribute_values(":seen", s(seen_owner))
-                .expression_attribute_values(":done", s(JobStatus::Done.as_str()))
-                .expression_attribute_values(":failed", s(JobStatus::Failed.as_str())),
-        };
         self.send_conditional(job_key, update).await
     }
 
@@ -1100,7 +1013,7 @@ mod tests {
 
     fn row() -> JobRow {
         JobRow {
-            execution: None,
+            execution: Some("arn:aws:states:us-east-1:1:execution:split:k-0".into()),
             job_key: "k".into(),
             step: "probe".into(),
             input_hash: "i".into(),
@@ -1120,12 +1033,6 @@ mod tests {
             collect_failures: 2,
             collect_retry_at_ms: Some(7),
             collected_from: Some(JobStatus::Failed),
-            split: Some(super::super::JobSplit {
-                chunks: vec!["c0".into(), "c1".into()],
-                joining: true,
-                waiters: ["{\"mediaonce\":\"pipeline/1\"}".to_string()].into(),
-                queue_url: "https://sqs.us-east-1.amazonaws.com/1/q".into(),
-            }),
         }
     }
 

@@ -15,7 +15,7 @@ use crate::faults::{Call, FaultPlan};
 use crate::identity::ObjectVersion;
 use crate::references::{RefChange, VersionName, VersionRefs};
 
-use super::{CollectDue, CollectRequest, DeferCollect, RefWrite, SplitWrite};
+use super::{CollectDue, CollectRequest, DeferCollect, ExecutionRecord, RefWrite};
 
 #[derive(Debug, Clone)]
 pub struct FaultyTable {
@@ -307,14 +307,15 @@ impl LedgerTable for FaultyTable {
         self.inner.seal_refs(row, now_ms).await
     }
 
-    async fn write_split(
+    async fn record_execution(
         &self,
         job_key: &str,
-        write: SplitWrite<'_>,
+        record: ExecutionRecord<'_>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
-        self.enter(Call::WriteSplit, "UpdateItem", job_key).await?;
-        self.inner.write_split(job_key, write, now_ms).await
+        self.enter(Call::RecordExecution, "UpdateItem", job_key)
+            .await?;
+        self.inner.record_execution(job_key, record, now_ms).await
     }
 
     async fn write_holder_refs(

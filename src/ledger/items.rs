@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, Delete, Put, ReturnValuesOnConditionCheckFailure, Update,
 };
 
-use super::{attr, JobRow, JobSplit, JobStatus};
+use super::{attr, JobRow, JobStatus};
 use crate::identity::{attr as cache_attr, ObjectVersion};
 use crate::references::{
     attr as ref_attr, ref_item_attr, RefChange, RefHolder, RefItem, VersionName, VersionRefs,
@@ -96,7 +96,6 @@ impl JobRow {
                 None => None,
                 Some(_) => Some(number(attr::COLLECT_RETRY_AT_MS)?),
             },
-            split: split_from_item(item)?,
             execution: match item.get(attr::SPLIT_EXECUTION) {
                 None => None,
                 Some(_) => Some(string(attr::SPLIT_EXECUTION)?),
@@ -159,74 +158,8 @@ impl JobRow {
         if let Some(execution) = &self.execution {
             item.insert(attr::SPLIT_EXECUTION.into(), s(execution));
         }
-        if let Some(split) = &self.split {
-            item.insert(
-                attr::SPLIT_CHUNKS.into(),
-                AttributeValue::L(split.chunks.iter().map(|c| s(c)).collect()),
-            );
-            item.insert(
-                attr::SPLIT_JOINING.into(),
-                AttributeValue::Bool(split.joining),
-            );
-            item.insert(attr::SPLIT_QUEUE_URL.into(), s(&split.queue_url));
-            if !split.waiters.is_empty() {
-                item.insert(
-                    attr::SPLIT_WAITERS.into(),
-                    AttributeValue::Ss(split.waiters.iter().cloned().collect()),
-                );
-            }
-        }
         item
     }
-}
-
-/// A row's split, if it has one; `Err` names the malformed attribute.
-fn split_from_item(item: &Item) -> Result<Option<JobSplit>, String> {
-    let chunks = match item.get(attr::SPLIT_CHUNKS) {
-        None => return Ok(None),
-        Some(AttributeValue::L(list)) => list
-            .iter()
-            .map(|value| value.as_s().cloned())
-            .collect::<Result<Vec<String>, _>>()
-            .map_err(|_| format!("attribute {} holds a non-string", attr::SPLIT_CHUNKS))?,
-        Some(_) => return Err(format!("attribute {} is not a list", attr::SPLIT_CHUNKS)),
-    };
-    let joining = match item.get(attr::SPLIT_JOINING) {
-        None => false,
-        Some(AttributeValue::Bool(joining)) => *joining,
-        Some(_) => {
-            return Err(format!(
-                "attribute {} is not a boolean",
-                attr::SPLIT_JOINING
-            ))
-        }
-    };
-    let waiters = match item.get(attr::SPLIT_WAITERS) {
-        None => Default::default(),
-        Some(AttributeValue::Ss(set)) => set.iter().cloned().collect(),
-        Some(_) => {
-            return Err(format!(
-                "attribute {} is not a string set",
-                attr::SPLIT_WAITERS
-            ))
-        }
-    };
-    let queue_url = match item.get(attr::SPLIT_QUEUE_URL) {
-        None => String::new(),
-        Some(AttributeValue::S(url)) => url.clone(),
-        Some(_) => {
-            return Err(format!(
-                "attribute {} is not a string",
-                attr::SPLIT_QUEUE_URL
-            ))
-        }
-    };
-    Ok(Some(JobSplit {
-        chunks,
-        joining,
-        waiters,
-        queue_url,
-    }))
 }
 
 /// A version row as read; `Err` names the malformed attribute.

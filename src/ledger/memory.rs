@@ -12,7 +12,7 @@ use crate::identity::ObjectVersion;
 use crate::references::{RefChange, RefHolder, VersionName, VersionRefs};
 
 use super::{
-    collectable, unsealed, CollectDue, CollectRequest, DeferCollect, JobSplit, RefWrite, SplitWrite,
+    collectable, unsealed, CollectDue, CollectRequest, DeferCollect, ExecutionRecord, RefWrite,
 };
 
 #[derive(Debug, Default)]
@@ -458,79 +458,21 @@ impl LedgerTable for InMemoryTable {
         Ok(Conditional::Applied(()))
     }
 
-    async fn write_split(
+    async fn record_execution(
         &self,
         job_key: &str,
-        write: SplitWrite<'_>,
+        record: ExecutionRecord<'_>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
         let mut rows = self.rows();
         let Some(row) = rows.get_mut(job_key) else {
             return Ok(Conditional::Rejected(None));
         };
-        let running = row.status == JobStatus::Running;
-        match write {
-            SplitWrite::Coordinate {
-                owner,
-                chunks,
-                lease_until_ms,
-                waiter,
-                queue_url,
-            } => {
-                if !running || row.owner != owner {
-                    return Ok(Conditional::Rejected(Some(row.clone())));
-                }
-                let split = row.split.get_or_insert_with(JobSplit::default);
-                split.chunks = chunks.to_vec();
-                split.queue_url = queue_url.to_string();
-                split.joining = false;
-                split.waiters.insert(waiter.to_string());
-                row.lease_until_ms = lease_until_ms;
-            }
-            SplitWrite::Execution {
-                owner,
-                execution,
-                lease_until_ms,
-            } => {
-                if !running || row.owner != owner || row.split.is_some() {
-                    return Ok(Conditional::Rejected(Some(row.clone())));
-                }
-                row.execution = Some(execution.to_string());
-                row.lease_until_ms = lease_until_ms;
-            }
-            SplitWrite::Wait { waiter } => match &mut row.split {
-                Some(split) if running => {
-                    split.waiters.insert(waiter.to_string());
-                    return Ok(Conditional::Applied(()));
-                }
-                _ => return Ok(Conditional::Rejected(Some(row.clone()))),
-            },
-            SplitWrite::Join {
-                seen_owner,
-                owner,
-                lease_until_ms,
-            } => {
-                let lapsed = !crate::lease::is_live(row.lease_until_ms, now_ms);
-                match &mut row.split {
-                    Some(split)
-                        if running && row.owner == seen_owner && (!split.joining || lapsed) =>
-                    {
-                        split.joining = true;
-                    }
-                    _ => return Ok(Conditional::Rejected(Some(row.clone()))),
-                }
-                row.owner = owner.to_string();
-                row.lease_until_ms = lease_until_ms;
-            }
-            SplitWrite::End { seen_owner } => {
-                let ended = matches!(row.status, JobStatus::Done | JobStatus::Failed);
-                if !ended || row.owner != seen_owner || row.split.is_none() {
-                    return Ok(Conditional::Rejected(Some(row.clone())));
-                }
-                row.split = None;
-                return Ok(Conditional::Applied(()));
-            }
+        if row.status != JobStatus::Running || row.owner != record.owner {
+            return Ok(Conditional::Rejected(Some(row.clone())));
         }
+        row.execution = Some(record.execution.to_string());
+        row.lease_until_ms = record.lease_until_ms;
         row.updated_at_ms = now_ms;
         Ok(Conditional::Applied(()))
     }

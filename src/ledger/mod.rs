@@ -60,15 +60,6 @@ pub mod attr {
     /// finds the job referenced gives it back in that status, so only a
     /// row that was `done` (a run wrote its manifest) is `done` again.
     pub const COLLECTED_FROM: &str = "collected_from";
-    /// A split job's chunk keys, in order (a list).
-    pub const SPLIT_CHUNKS: &str = "split_chunks";
-    /// A split job is being joined (by its owner, until its lease ends).
-    pub const SPLIT_JOINING: &str = "split_joining";
-    /// The versions waiting for a split job, as hand-on message bodies (a
-    /// string set).
-    pub const SPLIT_WAITERS: &str = "split_waiters";
-    /// The queue a split job's chunks were sent to.
-    pub const SPLIT_QUEUE_URL: &str = "split_queue_url";
     /// S: the ARN of the Step Functions execution that runs the job's
     /// split (DESIGN.md, "Chunked HLS"), recorded by its claimant before
     /// it starts it; removed by a takeover.
@@ -153,79 +144,20 @@ pub struct JobRow {
     /// `Collecting`), and is given back `failed`, retryable
     /// ([`JobRow::kept_status`]).
     pub collected_from: Option<JobStatus>,
-    /// The job was split into chunk jobs (DESIGN.md, "Chunked HLS"): kept
-    /// until its end was handed on to its waiters and its chunks released.
-    pub split: Option<JobSplit>,
     /// The ARN of the Step Functions execution running the job's split
     /// (its claimant's): while it runs the job is held, and its end
     /// finishes the job.
     pub execution: Option<String>,
 }
 
-/// A split job's chunks and waiters, on its row.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct JobSplit {
-    /// The chunk jobs' keys, in the plan's order.
-    pub chunks: Vec<String>,
-    /// The row's owner is joining the chunks (not the coordinator).
-    pub joining: bool,
-    /// The versions to hand on when the job ends: hand-on message bodies.
-    pub waiters: std::collections::BTreeSet<String>,
-    /// The queue the chunks were sent to, where the waiters are handed on
-    /// when no message's queue is at hand (the sweep).
-    pub queue_url: String,
-}
-
-/// A split's chunk keys and waiters take at most this many bytes of its
-/// row (DynamoDB's items hold 400 KB): a version that would pass it is
-/// busy and comes back.
-pub const MAX_SPLIT_BYTES: usize = 300_000;
-
-impl JobSplit {
-    /// About the bytes the split takes in its row, with `waiter` added.
-    pub fn bytes_with(&self, waiter: &str) -> usize {
-        let chunks: usize = self.chunks.iter().map(|c| c.len() + 3).sum();
-        let waiters: usize = self.waiters.iter().map(String::len).sum();
-        chunks + waiters + waiter.len() + self.queue_url.len()
-    }
-}
-
-/// A write to a split job's row ([`LedgerTable::write_split`]).
+/// The claim's run is split by a Step Functions execution
+/// ([`LedgerTable::record_execution`]): its ARN recorded (before the
+/// execution starts) and the lease set to the execution's bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SplitWrite<'a> {
-    /// The claim's run becomes a split: its chunks recorded (not
-    /// joining), its lease set, `waiter` added. Conditioned on the claim's
-    /// owner and `running`.
-    Coordinate {
-        owner: &'a str,
-        chunks: &'a [String],
-        lease_until_ms: u64,
-        waiter: &'a str,
-        queue_url: &'a str,
-    },
-    /// A version waits for the job: `waiter` added, conditioned on
-    /// `running` with a split.
-    Wait { waiter: &'a str },
-    /// Its chunks are all terminal: `owner` takes the row to join them
-    /// (joining, its lease), conditioned on `running` with a split, the
-    /// owner `seen_owner`, and not joining or its lease passed. Runs are
-    /// not counted: the coordinator's work goes on.
-    Join {
-        seen_owner: &'a str,
-        owner: &'a str,
-        lease_until_ms: u64,
-    },
-    /// The job's end was handed on and its chunks released: the split is
-    /// removed, conditioned on `done` or `failed` with `seen_owner`.
-    End { seen_owner: &'a str },
-    /// The claim's run is split by a Step Functions execution: its ARN
-    /// recorded (before the execution starts) and the lease set to the
-    /// execution's bound, conditioned on the claim's owner and `running`.
-    Execution {
-        owner: &'a str,
-        execution: &'a str,
-        lease_until_ms: u64,
-    },
+pub struct ExecutionRecord<'a> {
+    pub owner: &'a str,
+    pub execution: &'a str,
+    pub lease_until_ms: u64,
 }
 
 /// How a claim ends.
@@ -352,7 +284,6 @@ impl JobRow {
             collect_failures: 0,
             collect_retry_at_ms: None,
             collected_from: None,
-            split: None,
         }
     }
 }
@@ -368,9 +299,6 @@ pub struct Claim {
     /// Where this attempt writes: the row's `output_prefix`, which a
     /// takeover keeps, so one job's files never land in two places.
     pub output_prefix: String,
-    /// Taken over from a split whose lease passed (the split stays on the
-    /// row): a run that does not split it again must end it.
-    pub had_split: bool,
     /// The execution of the attempt taken over (a split by Step Functions
     /// that failed, or whose execution closed or never started): the new
     /// attempt releases its holds on the chunks once its own are written.
@@ -729,11 +657,13 @@ pub trait LedgerTable: Send + Sync + std::fmt::Debug {
     /// `ref_items`.
     async fn seal_refs(&self, row: &JobRow, now_ms: u64) -> Result<Conditional<()>, LedgerError>;
 
-    /// UpdateItem of a split job's row, as [`SplitWrite`] says.
-    async fn write_split(
+    /// UpdateItem recording the execution that runs the claim's split
+    /// (its ARN, the lease), conditioned on the claim's owner and
+    /// `running`.
+    async fn record_execution(
         &self,
         job_key: &str,
-        write: SplitWrite<'_>,
+        record: ExecutionRecord<'_>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError>;
 
@@ -940,14 +870,15 @@ impl Ledger {
             .await
     }
 
-    /// Writes a split job's row ([`SplitWrite`]).
-    pub async fn write_split(
+    /// Records the execution that runs the claim's split
+    /// ([`ExecutionRecord`]).
+    pub async fn record_execution(
         &self,
         job_key: &str,
-        write: SplitWrite<'_>,
+        record: ExecutionRecord<'_>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
-        self.retrying(|| self.call().write_split(job_key, write, now_ms))
+        self.retrying(|| self.call().record_execution(job_key, record, now_ms))
             .await
     }
 
@@ -1060,7 +991,6 @@ impl Ledger {
                 .await?
             {
                 Conditional::Applied(attempt) => ClaimOutcome::Run(Claim {
-                    had_split: seen.split.is_some(),
                     superseded: seen.execution.clone(),
                     ..claim_of(request, attempt, &seen.output_prefix)
                 }),
@@ -1196,7 +1126,6 @@ fn claim_of(request: &ClaimRequest, attempt: u64, output_prefix: &str) -> Claim 
         attempt,
         lease_until_ms: request.lease_until_ms,
         output_prefix: output_prefix.to_string(),
-        had_split: false,
         superseded: None,
     }
 }

@@ -23,7 +23,6 @@ fn row(status: JobStatus, lease_until_ms: u64) -> JobRow {
         collect_failures: 0,
         collect_retry_at_ms: None,
         collected_from: None,
-        split: None,
     }
 }
 
@@ -291,13 +290,13 @@ impl LedgerTable for DeletedInBetween {
     async fn seal_refs(&self, row: &JobRow, now_ms: u64) -> Result<Conditional<()>, LedgerError> {
         self.inner.seal_refs(row, now_ms).await
     }
-    async fn write_split(
+    async fn record_execution(
         &self,
         job_key: &str,
-        write: super::SplitWrite<'_>,
+        record: super::ExecutionRecord<'_>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
-        self.inner.write_split(job_key, write, now_ms).await
+        self.inner.record_execution(job_key, record, now_ms).await
     }
     async fn write_holder_refs(
         &self,

@@ -111,65 +111,6 @@ impl HandOn {
     }
 }
 
-/// The kind of a chunk message.
-pub const CHUNK_KIND: &str = "hls-chunk/1";
-
-/// One span of an `hls-package` job, handed on to run as a job of its own
-/// (`steps::hls::chunk_job`): the upload version it reads (pinned to its
-/// ETag), the package recipe by name, the input hash the parent was keyed
-/// by (checked again by the receiver: it trusts only a hash S3 or
-/// mediaonce computed), the parent's key, and the span.
-///
-/// ```json
-/// {"mediaonce": "hls-chunk/1", "bucket": "uploads", "key": "videos/a.mp4",
-///  "versionId": null, "eTag": "9b2cf535f27731c974343645a3985328", "size": 52428800,
-///  "recipe": "hls", "inputHash": "<64 hex>", "parent": "<64 hex>",
-///  "index": 2, "startMs": 120000, "endMs": 180000}
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ChunkHandOn {
-    /// Always [`CHUNK_KIND`].
-    pub mediaonce: String,
-    pub bucket: String,
-    pub key: String,
-    pub version_id: Option<String>,
-    #[serde(rename = "eTag")]
-    pub etag: String,
-    pub size: u64,
-    /// The `hls-package` recipe's name in the configuration.
-    pub recipe: String,
-    pub input_hash: String,
-    pub parent: String,
-    pub index: u32,
-    pub start_ms: u64,
-    pub end_ms: Option<u64>,
-}
-
-impl ChunkHandOn {
-    /// Whether a body (parsed) is a chunk message.
-    pub fn is_chunk(body: &Value) -> bool {
-        body.get(HAND_ON_MARKER.0).and_then(Value::as_str) == Some(CHUNK_KIND)
-    }
-
-    /// The message in a body marked as one, or why it is not usable.
-    pub fn from_value(body: Value) -> Result<ChunkHandOn, String> {
-        let chunk: ChunkHandOn = serde_json::from_value(body)
-            .map_err(|e| format!("a mediaonce chunk message that does not parse: {e}"))?;
-        if chunk.bucket.is_empty() || chunk.key.is_empty() || chunk.etag.is_empty() {
-            return Err("a chunk message needs a bucket, a key and an eTag".into());
-        }
-        crate::key::check_input_hash(&chunk.input_hash)
-            .map_err(|e| format!("a chunk message's inputHash: {e}"))?;
-        Ok(chunk)
-    }
-
-    /// The SQS message body.
-    pub fn to_body(&self) -> String {
-        serde_json::to_string(self).expect("a chunk message serializes")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,28 +130,6 @@ mod tests {
         assert_eq!(hand_on.hand_ons, 1);
         let again: Value = serde_json::from_str(&hand_on.to_body()).unwrap();
         assert_eq!(again, value);
-    }
-
-    #[test]
-    fn the_documented_chunk_fixture_round_trips() {
-        let event: Value =
-            serde_json::from_str(include_str!("../../events/hls-chunk.json")).unwrap();
-        let body = event["Records"][0]["body"].as_str().unwrap();
-        let value: Value = serde_json::from_str(body).unwrap();
-        assert!(ChunkHandOn::is_chunk(&value));
-        assert!(!HandOn::is_hand_on(&value) || value["mediaonce"] != HAND_ON_MARKER.1);
-        let chunk = ChunkHandOn::from_value(value.clone()).unwrap();
-        assert_eq!(
-            (chunk.index, chunk.start_ms, chunk.end_ms),
-            (2, 120_000, Some(180_000))
-        );
-        let again: Value = serde_json::from_str(&chunk.to_body()).unwrap();
-        assert_eq!(again, value);
-        let mut bad = value.clone();
-        bad["inputHash"] = "".into();
-        assert!(ChunkHandOn::from_value(bad)
-            .unwrap_err()
-            .contains("inputHash"));
     }
 
     #[test]

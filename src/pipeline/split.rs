@@ -256,6 +256,30 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_chunk_task_fixture_round_trips() {
+        let event: Value =
+            serde_json::from_str(include_str!("../../events/hls-chunk.json")).unwrap();
+        let body = event["Records"][0]["body"].as_str().unwrap();
+        let value: Value = serde_json::from_str(body).unwrap();
+        assert!(SplitTask::is_task(&value));
+        let task = SplitTask::from_value(value.clone()).unwrap();
+        assert_eq!(task.mediaonce, CHUNK_TASK);
+        assert_eq!(
+            task.spans(),
+            [Span {
+                index: 2,
+                start_ms: 120_000,
+                end_ms: Some(180_000)
+            }]
+        );
+        assert!(task.job.package_recipe().is_ok());
+        let again = serde_json::to_value(&task).unwrap();
+        for field in ["mediaonce", "taskToken", "execution", "job", "span"] {
+            assert_eq!(again[field], value[field], "{field}");
+        }
+    }
+
+    #[test]
     fn task_messages_parse_as_the_definition_sends_them() {
         let job = serde_json::to_value(input().job).unwrap();
         let chunk = json!({"mediaonce": CHUNK_TASK, "taskToken": "t", "execution": "arn:x",

@@ -14,8 +14,8 @@ use crate::fingerprint::ObjectHead;
 use crate::identity::ObjectVersion;
 use crate::ledger::memory::InMemoryTable;
 use crate::ledger::{
-    Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, DeferCollect, Finish, JobRow,
-    LedgerError, LedgerTable, RefWrite, SplitWrite,
+    Claim, ClaimRequest, CollectDue, CollectRequest, Conditional, DeferCollect, ExecutionRecord,
+    Finish, JobRow, LedgerError, LedgerTable, RefWrite,
 };
 use crate::references::{RefChange, VersionName, VersionRefs};
 use crate::store::memory::InMemoryObjects;
@@ -253,14 +253,14 @@ impl LedgerTable for SimTable {
         self.count("UpdateItem (seal)", 1.0, 0.0).await;
         self.inner.seal_refs(row, now_ms).await
     }
-    async fn write_split(
+    async fn record_execution(
         &self,
         job_key: &str,
-        write: SplitWrite<'_>,
+        record: ExecutionRecord<'_>,
         now_ms: u64,
     ) -> Result<Conditional<()>, LedgerError> {
-        self.count("UpdateItem (split)", 1.0, 0.0).await;
-        self.inner.write_split(job_key, write, now_ms).await
+        self.count("UpdateItem (execution)", 1.0, 0.0).await;
+        self.inner.record_execution(job_key, record, now_ms).await
     }
     async fn write_holder_refs(
         &self,
@@ -270,7 +270,7 @@ impl LedgerTable for SimTable {
         now_ms: u64,
     ) -> Result<(), LedgerError> {
         let items = (add.len() + remove.len()) as f64;
-        self.count("BatchWriteItem (split refs)", items, 0.0).await;
+        self.count("BatchWriteItem (holds)", items, 0.0).await;
         self.inner
             .write_holder_refs(holder, add, remove, now_ms)
             .await

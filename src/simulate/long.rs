@@ -1,8 +1,9 @@
 //! Long videos in the simulated month (`--long-videos`): an `hls-package`
 //! recipe whose long inputs split into chunk jobs, as the real step's do,
-//! with steps that only count their runs: the split, the chunk messages,
-//! the settles, the join and the hand-ons of the waiting versions all go
-//! through the real handler ([`crate::handler`]'s split).
+//! with steps that only count their runs: the split's execution (started
+//! by the real handler, moved on by [`super::machine`]'s model of the
+//! state machine), its chunk tasks, the join and the hand-ons of the
+//! versions all go through the real handler.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};

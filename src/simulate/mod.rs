@@ -13,6 +13,7 @@
 mod burst;
 pub mod clients;
 mod long;
+mod machine;
 mod traffic;
 
 use std::cmp::Reverse;
@@ -125,6 +126,8 @@ pub struct SimReport {
     pub split_jobs: u64,
     pub split_jobs_joined: u64,
     pub chunk_runs: u64,
+    /// The state machine's executions, tasks, retries and transitions.
+    pub executions: machine::MachineCounts,
     pub dynamodb_calls: u64,
     pub dynamodb: TableUse,
     pub s3_requests: BTreeMap<&'static str, u64>,
@@ -307,13 +310,22 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
         recipes.push(long::recipe());
     }
     let recipe_count = recipes.len() as u64;
-    let vars: HashMap<&str, String> = HashMap::from([
+    let mut vars: HashMap<&str, String> = HashMap::from([
         ("MEDIAONCE_TABLE", "simulated".to_string()),
         ("MEDIAONCE_OUTPUT_BUCKET", "outputs".to_string()),
         ("MEDIAONCE_RECIPES", Value::Array(recipes).to_string()),
         ("MEDIAONCE_METRICS", "off".to_string()),
         ("MEDIAONCE_CONCURRENCY", BATCH_SIZE.to_string()),
     ]);
+    // Long videos' splits run as executions of the modelled state machine.
+    let executions = Arc::new(crate::executions::InMemoryExecutions::default());
+    let mut machine = machine::SimMachine::new(executions.clone());
+    if options.long_videos > 0.0 {
+        vars.insert(
+            "MEDIAONCE_SPLIT_MACHINE_ARN",
+            machine::MACHINE_ARN.to_string(),
+        );
+    }
     let config =
         Config::from_lookup(|name| vars.get(name).cloned(), &steps).map_err(|e| e.to_string())?;
     let app = Arc::new(
@@ -324,7 +336,8 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
             Queue::new(queue.clone()),
         )
         .with_clock(clock.clone())
-        .with_seed(options.seed),
+        .with_seed(options.seed)
+        .with_executions(executions),
     );
 
     let mut traffic = Traffic::new(options, START_MS);
@@ -353,6 +366,7 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
         split_jobs: 0,
         split_jobs_joined: 0,
         chunk_runs: 0,
+        executions: machine::MachineCounts::default(),
         dynamodb_calls: 0,
         dynamodb: TableUse::default(),
         s3_requests: BTreeMap::new(),
@@ -486,6 +500,14 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
                 Delivery::sent(now + BATCH_WINDOW_MS, id, &body),
             );
         }
+        // The state machine moves its executions on: its task messages
+        // (a retry's after its backoff) are delivered like any other.
+        for (at, body) in machine.step(clock.now_ms()) {
+            sent_messages += 1;
+            let id = format!("sent-{sent_messages}");
+            let at = at.max(now) + BATCH_WINDOW_MS;
+            schedule(&mut due, &mut pending, Delivery::sent(at, id, &body));
+        }
         // Lambda sends a whole batch again now and then (a new invocation).
         if rng.f64() < options.lambda_retries {
             for delivery in &invocations[0] {
@@ -497,6 +519,7 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
     }
 
     report.chunk_runs = videos.chunk_runs.load(Ordering::Relaxed);
+    report.executions = machine.counts.clone();
     report.runs_by_content =
         runs.load(Ordering::Relaxed) + videos.runs.load(Ordering::Relaxed) + report.chunk_runs;
     report.runs_cut_short_by_crashes = crashes.load(Ordering::Relaxed);
@@ -519,8 +542,7 @@ pub async fn simulate(options: &SimOptions) -> Result<SimReport, String> {
         .clone();
     for job_key in &split {
         let row = app.ledger.get(job_key).await.map_err(|e| e.to_string())?;
-        let joined =
-            row.is_some_and(|r| r.status == crate::ledger::JobStatus::Done && r.split.is_none());
+        let joined = row.is_some_and(|r| r.status == crate::ledger::JobStatus::Done);
         report.split_jobs_joined += u64::from(joined);
     }
     // By message id, crashed runs ran again too (the same crashes).
@@ -600,6 +622,21 @@ pub fn render(report: &SimReport) -> String {
             format!("{} / {}", report.split_jobs, report.split_jobs_joined),
         ));
         text.push_str(&row("  chunk runs", report.chunk_runs.to_string()));
+        let e = &report.executions;
+        text.push_str(&row(
+            "  executions started / succeeded / failed",
+            format!(
+                "{} / {} / {}",
+                e.executions_started, e.executions_succeeded, e.executions_failed
+            ),
+        ));
+        text.push_str(&row(
+            "  chunk tasks / retries / state transitions",
+            format!(
+                "{} / {} / {}",
+                e.chunk_tasks, e.task_retries, e.state_transitions
+            ),
+        ));
     }
     for (recipe, n) in &report.runs_by_recipe {
         text.push_str(&row(
@@ -719,6 +756,21 @@ mod tests {
         assert!(
             report.chunk_runs
                 <= report.split_jobs * u64::from(long::CHUNKS) + report.runs_cut_short_by_crashes
+        );
+        // Each split is one execution, which joined it; a takeover (its
+        // claimant crashed before starting, or its execution closed)
+        // starts one more.
+        let e = &report.executions;
+        assert!(e.executions_started >= report.split_jobs, "{e:?}");
+        assert_eq!(e.executions_succeeded, report.split_jobs, "{e:?}");
+        assert_eq!(
+            e.executions_started,
+            e.executions_succeeded + e.executions_failed,
+            "every execution ended: {e:?}"
+        );
+        assert!(
+            e.chunk_tasks >= report.split_jobs * u64::from(long::CHUNKS),
+            "{e:?}"
         );
     }
 

@@ -66,6 +66,11 @@ pub struct Pipeline {
     counted_dynamodb: aws_sdk_dynamodb::Client,
     /// The completion events' bus, when the configuration names one.
     bus: Option<mediaonce::bus::Bus>,
+    /// Step Functions, when the configuration names a state machine.
+    executions: Option<Arc<dyn mediaonce::executions::ExecutionClient>>,
+    /// The configuration's variables, for a worker whose configuration
+    /// differs ([`Pipeline::worker_with`]).
+    vars: HashMap<String, String>,
 }
 
 pub fn require_emulators() {
@@ -191,9 +196,13 @@ impl Pipeline {
         }
         // As App::from_config attaches Step Functions when a state machine
         // is named.
-        if config.split_machine_arn.is_some() {
+        let executions = config.split_machine_arn.is_some().then(|| {
             let sfn = aws_sdk_sfn::Client::new(&sdk);
-            app = app.with_executions(Arc::new(mediaonce::executions::SfnExecutions::new(sfn)));
+            Arc::new(mediaonce::executions::SfnExecutions::new(sfn))
+                as Arc<dyn mediaonce::executions::ExecutionClient>
+        });
+        if let Some(executions) = &executions {
+            app = app.with_executions(executions.clone());
         }
         let app = Arc::new(app);
         app.ledger.check_table().await.expect("table is usable");
@@ -216,7 +225,35 @@ impl Pipeline {
             s3_calls,
             counted,
             bus,
+            executions,
+            vars,
         }
+    }
+
+    /// Another worker on the same pipeline whose configuration has `vars`
+    /// changed (a deployment that edited a recipe, say).
+    pub fn worker_with(&self, vars: &[(&str, String)]) -> Arc<App> {
+        let mut all = self.vars.clone();
+        for (name, value) in vars {
+            all.insert(name.to_string(), value.clone());
+        }
+        let steps = StepRegistry::builtin_from(|name| {
+            all.get(name).cloned().or_else(|| std::env::var(name).ok())
+        });
+        let config = Config::from_lookup(|name| all.get(name).cloned(), &steps).expect("config");
+        let mut app = App::new(
+            config,
+            Ledger::dynamodb(self.counted_dynamodb.clone(), self.table.clone()),
+            ObjectStore::new(S3Objects::new(self.s3.clone())),
+            Queue::sqs(self.sqs.clone()),
+        );
+        if let Some(bus) = &self.bus {
+            app = app.with_bus(bus.clone());
+        }
+        if let Some(executions) = &self.executions {
+            app = app.with_executions(executions.clone());
+        }
+        Arc::new(app)
     }
 
     /// Another worker on the same pipeline: its clock `clock_offset_ms` off

@@ -4,7 +4,7 @@
 //! version whose claim finds the job's execution running is done: the
 //! execution's end hands every version that references the job on
 //! ([`JobRun::wait_for_execution`]). The tasks are
-//! [`super::super::split_tasks`]'.
+//! [`super::super::split`]'.
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use super::{JobRun, Reporter};
 use crate::executions::{execution_arn, execution_name, ExecutionClient, ExecutionStatus};
 use crate::fingerprint::FingerprintSource;
 use crate::key::job_key;
-use crate::ledger::{Claim, ClaimOutcome, Conditional, FinishError, JobRow, SplitWrite, Verdict};
+use crate::ledger::{Claim, ClaimOutcome, Conditional, FinishError, JobRow, ExecutionRecord, Verdict};
 use crate::pipeline::split::{ExecutionInput, Limits, Location, Span, SplitJob, MAX_SPANS};
 use crate::step::ChunkSpan;
 use crate::steps::hls::chunk_job::ChunkParams;
@@ -55,7 +55,7 @@ impl JobRun<'_> {
         claim: &Claim,
         spans: &[ChunkSpan],
         queue_url: &str,
-        (machine, executions): (&str, &dyn ExecutionClient),
+        (machine, executions): super::SplitEngine<'_>,
         report: &Reporter,
     ) -> JobReport {
         let app = self.app;
@@ -100,12 +100,12 @@ impl JobRun<'_> {
             Err(err) => return report.of(Outcome::Failed, claim.attempt, Some(err.to_string())),
         };
         let now = app.now_ms();
-        let write = SplitWrite::Execution {
+        let record = ExecutionRecord {
             owner: &claim.owner,
             execution: &arn,
             lease_until_ms: now.saturating_add(millis(EXECUTION_HOLD)),
         };
-        let started = match app.ledger.write_split(self.job_key, write, now).await {
+        let started = match app.ledger.record_execution(self.job_key, record, now).await {
             Ok(Conditional::Applied(())) => self.hold_and_start(claim, &chunks, &arn, &input, (machine, executions)).await,
             Ok(Conditional::Rejected(_)) => {
                 let reason = "lease lost to another worker before splitting; its run stands";

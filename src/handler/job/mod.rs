@@ -9,12 +9,9 @@ use std::time::Instant;
 use futures::FutureExt;
 use tokio::sync::OnceCell;
 
-use super::collect::collect_now;
-use super::split_end::{end_if_settled, end_split_of};
 use super::{lock, App, Invocation, JobReport, Outcome, StartCheck};
 
 pub(super) mod execution;
-mod split;
 
 use crate::config::{split_s3_location, RecipeRule};
 use crate::fingerprint::{Fingerprint, FingerprintSource};
@@ -60,6 +57,9 @@ impl BatchJobs {
             .clone()
     }
 }
+
+/// The state machine that runs splits, and its client.
+pub(super) type SplitEngine<'a> = (&'a str, &'a dyn crate::executions::ExecutionClient);
 
 /// One job of a record: what it takes to claim and run it.
 #[derive(Clone, Copy)]
@@ -149,7 +149,9 @@ impl<'a> JobRun<'a> {
         if ran_here {
             report.clone()
         } else if report.outcome == Outcome::Waiting {
-            // Split by another record of the batch: this version waits too.
+            // Split by another record of the batch: this version's own
+            // claim, read after its reference, says whether it waits for
+            // the execution's end (which then hands it on) or reuses.
             self.run().await
         } else if added.iter().any(|key| key == self.job_key) {
             confirm_done(self.app, report.seen_again()).await
@@ -225,9 +227,6 @@ impl<'a> JobRun<'a> {
                 self.wait_for_execution(&row, &execution, &request, &report)
                     .await
             }
-            Ok(ClaimOutcome::Busy(row)) if row.split.is_some() => {
-                self.wait_for_split(&row, &report).await
-            }
             Ok(ClaimOutcome::Busy(row)) => report.settled(Verdict::Busy, row),
             Ok(ClaimOutcome::Poisoned(row)) => report.settled(Verdict::Poisoned, row),
             Ok(ClaimOutcome::Run(claim)) => self.run_claimed(&claim, &report).await,
@@ -263,14 +262,10 @@ impl<'a> JobRun<'a> {
         let input = JobInput::of(self.bytes.clone(), self.fingerprint.clone());
         let mut outputs = JobOutputs::new(app.store.clone(), output_bucket, prefix);
         let result = match self.split(&input).await {
-            Ok(Some((spans, queue_url))) => {
-                return match app.split_engine() {
-                    Some(engine) => {
-                        self.start_execution(claim, &spans, queue_url, engine, report)
-                            .await
-                    }
-                    None => self.coordinate(claim, &spans, queue_url, report).await,
-                };
+            Ok(Some((spans, queue_url, engine))) => {
+                return self
+                    .start_execution(claim, &spans, queue_url, engine, report)
+                    .await;
             }
             Ok(None) => self.run_step(&input, &mut outputs).await,
             Err(err) => Err(err),
@@ -285,27 +280,6 @@ impl<'a> JobRun<'a> {
                 input.object(),
                 input.head.etag
             );
-            if claim.had_split {
-                // Finished failed, so that no version waits on it after,
-                // then its split ended: its waiting versions walk again
-                // (their bytes may still be elsewhere), its chunks are
-                // released. The row stays until collected.
-                let ended = match app.ledger.finish_failed(claim, &why, app.now_ms()).await {
-                    Ok(()) => end_split_of(app, &claim.job_key, None).await,
-                    Err(FinishError::LostLease(_)) => Ok(Vec::new()),
-                    Err(err) => Err(err.to_string()),
-                };
-                return match ended {
-                    Ok(released) => {
-                        collect_now(app, &released).await;
-                        report.of(Outcome::Skipped, claim.attempt, Some(why))
-                    }
-                    Err(err) => {
-                        let reason = format!("{why}; ending its split failed: {err}");
-                        report.of(Outcome::Failed, claim.attempt, Some(reason))
-                    }
-                };
-            }
             return match app.ledger.release(claim).await {
                 // Released, or taken over meanwhile (the successor's run stands).
                 Ok(()) | Err(FinishError::LostLease(_)) => {
@@ -329,23 +303,10 @@ impl<'a> JobRun<'a> {
         };
         let done = result.is_ok();
         match finish(&app.ledger, claim, result.err(), app.now_ms()).await {
-            Ok(()) => {
-                if claim.had_split {
-                    // Run whole after a split whose lease passed: its
-                    // waiters are handed on and its chunks released now.
-                    match end_if_settled(app, &claim.job_key, self.queue_url).await {
-                        Ok(released) => collect_now(app, &released).await,
-                        Err(err) => {
-                            let reason = format!("ending the job's earlier split: {err}");
-                            return report.of(Outcome::Failed, claim.attempt, Some(reason));
-                        }
-                    }
-                }
-                JobReport {
-                    outputs: done.then(|| claim.output_prefix.clone()),
-                    ..report.of(outcome, claim.attempt, reason)
-                }
-            }
+            Ok(()) => JobReport {
+                outputs: done.then(|| claim.output_prefix.clone()),
+                ..report.of(outcome, claim.attempt, reason)
+            },
             Err(FinishError::LostLease(_)) => report.of(
                 Outcome::Busy,
                 claim.attempt,
@@ -366,21 +327,26 @@ impl<'a> JobRun<'a> {
         }
     }
 
-    /// The chunks the step splits this job into, and the queue they go to
-    /// (`MEDIAONCE_CHUNK_QUEUE_URL`, else the message's own); `None`: it
-    /// runs here (a step that does not split, an input short enough, or no
-    /// queue to hand chunks on to).
+    /// The chunks the step splits this job into, the queue their tasks go
+    /// to (`MEDIAONCE_CHUNK_QUEUE_URL`, else the message's own) and the
+    /// state machine that runs them; `None`: it runs here (a step that
+    /// does not split, an input short enough, no state machine, or no
+    /// queue).
+    #[allow(clippy::type_complexity)]
     async fn split(
         &self,
         input: &JobInput,
-    ) -> Result<Option<(Vec<ChunkSpan>, &'a str)>, StepError> {
+    ) -> Result<Option<(Vec<ChunkSpan>, &'a str, SplitEngine<'a>)>, StepError> {
+        let Some(engine) = self.app.split_engine() else {
+            return Ok(None);
+        };
         let Some(queue_url) = self.app.config.chunk_queue_url.as_deref().or(self.queue_url) else {
             return Ok(None);
         };
-        // A chunk message's receiver trusts only a key it can derive again
-        // from the version as it is: S3's SHA-256, mediaonce's computed
-        // (cached) one, or its version and ETag. An upstream manifest's
-        // (a chained job) is none of these: it runs whole.
+        // A chunk task trusts only a key it can derive again from a
+        // version as it is: S3's SHA-256, mediaonce's computed (cached)
+        // one, or its version and ETag. An upstream manifest's (a chained
+        // job) is none of these: it runs whole.
         let trusted = matches!(
             self.fingerprint.source,
             FingerprintSource::S3Checksum
@@ -406,7 +372,7 @@ impl<'a> JobRun<'a> {
                 .await
                 .map_err(|e| StepError::Failed(format!("caching the input hash: {e}")))?;
         }
-        Ok(Some((spans, queue_url)))
+        Ok(Some((spans, queue_url, engine)))
     }
 
     /// Runs the step and writes the manifest after it. A panicking step is a

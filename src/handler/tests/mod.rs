@@ -13,7 +13,6 @@ use crate::queue::RecordingQueue;
 use crate::store::memory::InMemoryObjects;
 
 mod pipeline_ends;
-mod split;
 
 const ARN: &str = "arn:aws:sqs:us-east-1:123456789012:jobs";
 
@@ -662,7 +661,6 @@ async fn a_stalled_page_of_deletes_is_abandoned_before_the_lease_ends() {
         collect_failures: 0,
         collect_retry_at_ms: None,
         collected_from: None,
-        split: None,
     });
     let app = App::new(
         config,
