@@ -19,13 +19,29 @@ use crate::aws::describe_error;
 use crate::error::ErrorKind;
 
 /// Where an execution is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ExecutionStatus {
     Running,
     Succeeded,
     Failed,
     TimedOut,
     Aborted,
+}
+
+/// How far an execution got, from its history: what `mediaonce status`
+/// prints beside the job's row.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ExecutionProgress {
+    /// The Map's iterations (one a chunk) started, succeeded and failed.
+    pub chunks_started: u64,
+    pub chunks_succeeded: u64,
+    pub chunks_failed: u64,
+    /// Tasks that failed (each retried or caught) or timed out.
+    pub task_failures: u64,
+    pub task_timeouts: u64,
+    /// History events read.
+    pub events: u64,
 }
 
 /// What kind of refusal an execution call met.
@@ -86,6 +102,13 @@ pub trait ExecutionClient: Send + Sync + std::fmt::Debug {
 
     /// SendTaskHeartbeat: the task's worker is alive.
     async fn send_task_heartbeat(&self, token: &str) -> Result<(), ExecutionError>;
+
+    /// GetExecutionHistory, every page, counted: how far the execution
+    /// got.
+    async fn execution_progress(
+        &self,
+        execution_arn: &str,
+    ) -> Result<ExecutionProgress, ExecutionError>;
 }
 
 /// The prefix of every execution ARN of the state machine `machine_arn`
@@ -249,6 +272,38 @@ impl ExecutionClient for SfnExecutions {
             .map(|_| ())
             .map_err(|err| sdk_error("SendTaskHeartbeat", &err))
     }
+
+    async fn execution_progress(
+        &self,
+        execution_arn: &str,
+    ) -> Result<ExecutionProgress, ExecutionError> {
+        use aws_sdk_sfn::types::HistoryEventType as Event;
+        let mut progress = ExecutionProgress::default();
+        let mut pages = self
+            .client
+            .get_execution_history()
+            .execution_arn(execution_arn)
+            .max_results(1_000)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|err| sdk_error("GetExecutionHistory", &err))?;
+            for event in page.events() {
+                progress.events += 1;
+                match event.r#type() {
+                    Event::MapIterationStarted => progress.chunks_started += 1,
+                    Event::MapIterationSucceeded => progress.chunks_succeeded += 1,
+                    Event::MapIterationFailed | Event::MapIterationAborted => {
+                        progress.chunks_failed += 1
+                    }
+                    Event::TaskFailed => progress.task_failures += 1,
+                    Event::TaskTimedOut => progress.task_timeouts += 1,
+                    _ => {}
+                }
+            }
+        }
+        Ok(progress)
+    }
 }
 
 /// A task's answer, as [`InMemoryExecutions`] records it.
@@ -380,6 +435,15 @@ impl ExecutionClient for InMemoryExecutions {
             .executions
             .get(execution_arn)
             .map(|(_, status)| *status))
+    }
+
+    /// No history is kept in memory (the test drives the states): every
+    /// count is 0.
+    async fn execution_progress(
+        &self,
+        _execution_arn: &str,
+    ) -> Result<ExecutionProgress, ExecutionError> {
+        Ok(ExecutionProgress::default())
     }
 
     async fn send_task_success(&self, token: &str, output: &str) -> Result<(), ExecutionError> {

@@ -213,6 +213,21 @@ async fn chunks_fan_out_a_transient_failure_is_retried_and_the_join_gets_them_in
     assert_eq!(indexes, [0, 1, 2], "the join is given every span, in order");
     assert!(asked.failures.is_empty());
     assert_eq!(asked.announced, ["joined"]);
+    // Its history, counted: three chunks, one task failed and retried.
+    let progress = SfnExecutions::new(engine.sfn.clone())
+        .execution_progress(&execution)
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            progress.chunks_started,
+            progress.chunks_succeeded,
+            progress.chunks_failed,
+            progress.task_failures
+        ),
+        (3, 3, 0, 1),
+        "{progress:?}"
+    );
     assert!(
         asked.executions.iter().all(|e| *e == execution),
         "every task names its execution: {asked:?}"

@@ -310,6 +310,20 @@ async fn a_split_runs_as_an_execution_and_every_upload_of_the_bytes_gets_its_eve
     // nothing holds the chunks.
     assert_eq!(p.refs(&parent.job_key).await, 1);
 
+    // `mediaonce status` prints the row and its execution's progress.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_mediaonce"))
+        .args(["status", &parent.job_key])
+        .env("MEDIAONCE_TABLE", &p.table)
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "{status:?}");
+    let printed: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(printed["status"], "done");
+    let progress = &printed["split_progress"];
+    assert_eq!(progress["execution"], execution.as_str(), "{printed:#}");
+    assert_eq!(progress["status"], "SUCCEEDED", "{printed:#}");
+    assert_eq!(progress["chunks_succeeded"], 3, "{printed:#}");
+
     // It plays end to end, as a player reads it.
     let dir = common::hls::tempdir("execution-played");
     for (name, bytes) in &package {

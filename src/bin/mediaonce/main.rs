@@ -46,7 +46,9 @@ enum Command {
         #[arg(long)]
         jsonl: bool,
     },
-    /// Print a job's row as JSON (exit 1 when there is none). Needs MEDIAONCE_TABLE.
+    /// Print a job's row as JSON (exit 1 when there is none), and, for a
+    /// long video split by Step Functions, its execution's status and the
+    /// Map's chunks (`split_progress`). Needs MEDIAONCE_TABLE.
     Status {
         /// The job key.
         job_key: String,
@@ -222,13 +224,19 @@ fn main() -> ExitCode {
         ),
         Command::Status { job_key } => with_ledger(|ledger| async move {
             match ledger.get(&job_key).await {
-                Ok(Some(row)) => match serde_json::to_string_pretty(&row) {
-                    Ok(json) => {
-                        println!("{json}");
-                        ExitCode::SUCCESS
+                Ok(Some(row)) => {
+                    let mut json = serde_json::to_value(&row).unwrap_or_default();
+                    if let Some(execution) = &row.execution {
+                        json["split_progress"] = split_progress(execution).await;
                     }
-                    Err(e) => fail(format!("cannot print the row: {e}")),
-                },
+                    match serde_json::to_string_pretty(&json) {
+                        Ok(json) => {
+                            println!("{json}");
+                            ExitCode::SUCCESS
+                        }
+                        Err(e) => fail(format!("cannot print the row: {e}")),
+                    }
+                }
                 Ok(None) => fail(format!(
                     "there is no job {job_key} in table {}",
                     ledger.table()
@@ -251,6 +259,31 @@ fn main() -> ExitCode {
                 Err(e) => fail(e.to_string()),
             }
         }),
+    }
+}
+
+/// A split's execution as Step Functions tells it: its status and the
+/// Map's counts (or why they could not be read).
+async fn split_progress(execution: &str) -> serde_json::Value {
+    use mediaonce::executions::{ExecutionClient, SfnExecutions};
+    let sdk = mediaonce::aws::load_sdk_config().await;
+    let executions = SfnExecutions::new(aws_sdk_sfn::Client::new(&sdk));
+    let status = match executions.describe_execution(execution).await {
+        Ok(Some(status)) => serde_json::json!(status),
+        Ok(None) => serde_json::json!("NOT_FOUND"),
+        Err(e) => return serde_json::json!({"execution": execution, "error": e.to_string()}),
+    };
+    match executions.execution_progress(execution).await {
+        Ok(progress) => {
+            let mut json = serde_json::json!({"execution": execution, "status": status});
+            if let (Some(json), serde_json::Value::Object(counts)) =
+                (json.as_object_mut(), serde_json::json!(progress))
+            {
+                json.extend(counts);
+            }
+            json
+        }
+        Err(e) => serde_json::json!({"execution": execution, "status": status, "error": e.to_string()}),
     }
 }
 
