@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::key::json_type;
-use crate::pipeline::split::SplitTask;
+use crate::pipeline::split::{ExecutionClosed, SplitTask};
 use crate::pipeline::HandOn;
 
 /// What one SQS message body holds.
@@ -20,6 +20,8 @@ pub enum Notification {
     Records(Vec<S3Record>),
     /// A task of a split's Step Functions execution, with its token.
     SplitTask(Box<SplitTask>),
+    /// A split's execution closed without succeeding (EventBridge).
+    ExecutionClosed(Box<ExecutionClosed>),
 }
 
 /// The event name of a record made from a hand-on message
@@ -194,6 +196,10 @@ pub fn parse_body(body: &str) -> Result<Notification, BodyError> {
             BodyError::NotS3(problem) => BodyError::NotS3(format!("SNS message: {problem}")),
             other => other,
         });
+    }
+    if ExecutionClosed::is_status_change(&value) {
+        let closed = ExecutionClosed::from_value(&value).map_err(BodyError::NotS3)?;
+        return Ok(Notification::ExecutionClosed(Box::new(closed)));
     }
     if SplitTask::is_task(&value) {
         let task = SplitTask::from_value(value).map_err(BodyError::NotS3)?;

@@ -628,3 +628,60 @@ async fn a_task_message_that_cannot_be_trusted_is_refused() {
         assert!(error.contains(why), "{error}");
     }
 }
+
+/// An execution aborted by hand (no failure task runs): the template's
+/// EventBridge rule brings its status change to the job queue; the job,
+/// still this execution's, is finished failed, the chunks' holds are
+/// released and the upload is handed on: its walk takes the job over (a
+/// run counted) and starts an execution of its own, which joins it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execution_aborted_by_hand_ends_its_attempt_and_the_upload_splits_anew() {
+    let s = split_pipeline(Vec::new()).await;
+    let p = &s.p;
+    p.put("talks/aborted.mp4", &small_clip(), true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let parent = report.jobs().next().unwrap().clone();
+    let execution = p.row(&parent.job_key).await.unwrap().execution.unwrap();
+    let sdk = mediaonce::aws::load_sdk_config().await;
+    let sfn = aws_sdk_sfn::Client::new(&sdk);
+    sfn.stop_execution()
+        .execution_arn(&execution)
+        .send()
+        .await
+        .unwrap();
+    let described = sfn
+        .describe_execution()
+        .execution_arn(&execution)
+        .send()
+        .await
+        .unwrap();
+    // As EventBridge delivers the status change to the rule's target.
+    let event = serde_json::json!({
+        "version": "0", "id": unique("event"), "source": "aws.states",
+        "detail-type": "Step Functions Execution Status Change",
+        "resources": [execution],
+        "detail": {"executionArn": execution, "stateMachineArn": described.state_machine_arn,
+                   "status": "ABORTED", "input": described.input,
+                   "inputDetails": {"included": true}}});
+    let delivered = p.send_raw(&event.to_string()).await;
+    let report = p.handle(vec![delivered.clone()]).await;
+    assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
+    let row = p.row(&parent.job_key).await.unwrap();
+    assert_eq!(row.status, JobStatus::Failed, "{row:?}");
+    assert!(row.error.unwrap_or_default().contains("ABORTED"));
+    // Delivered again (EventBridge delivers at least once): nothing more.
+    let report = p.handle(vec![delivered]).await;
+    assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
+
+    // The upload, handed on, takes the job over with an execution of its own.
+    let walked = s.drain_jobs().await;
+    let outcomes: Vec<(Outcome, u64)> = walked.iter().map(|r| (r.outcome, r.attempt)).collect();
+    assert_eq!(outcomes, [(Outcome::Waiting, 2)], "{walked:#?}");
+    let again = p.row(&parent.job_key).await.unwrap().execution.unwrap();
+    assert_ne!(again, execution);
+    // The aborted execution's chunk tasks, still queued, find their tasks
+    // ended and run nothing; the new one's run and join.
+    let (status, _) = s.run_execution(&again).await;
+    assert_eq!(status, ExecutionStatus::Succeeded);
+    assert_eq!(p.row(&parent.job_key).await.unwrap().status, JobStatus::Done);
+}

@@ -40,6 +40,9 @@ pub(super) async fn process_body(
             return super::split::process_task(app, batch, invocation, message_id, &task)
                 .await;
         }
+        Ok(Notification::ExecutionClosed(closed)) => {
+            return super::split::process_closed(app, message_id, &closed).await;
+        }
         Ok(Notification::TestEvent) => {
             tracing::info!(message_id, "s3:TestEvent acknowledged");
             return MessageReport {

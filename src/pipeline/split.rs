@@ -161,6 +161,56 @@ pub struct SplitTask {
     pub failure: Option<Failure>,
 }
 
+/// EventBridge's `Step Functions Execution Status Change` event, as the
+/// template's rule delivers it to the job queue for a split's execution
+/// that closed without succeeding (failed, timed out, aborted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutionClosed {
+    pub execution_arn: String,
+    pub state_machine_arn: String,
+    /// `FAILED`, `TIMED_OUT`, `ABORTED` (or any other the rule passes).
+    pub status: String,
+    /// The execution's input, when the event includes it (EventBridge
+    /// leaves out one past 248 KiB).
+    pub input: Option<String>,
+}
+
+/// The event's `source` and `detail-type`.
+pub const STATUS_CHANGE: (&str, &str) = ("aws.states", "Step Functions Execution Status Change");
+
+impl ExecutionClosed {
+    /// Whether a body (parsed) is a Step Functions status change event.
+    pub fn is_status_change(body: &Value) -> bool {
+        body.get("source").and_then(Value::as_str) == Some(STATUS_CHANGE.0)
+            && body.get("detail-type").and_then(Value::as_str) == Some(STATUS_CHANGE.1)
+    }
+
+    /// The event in a body marked as one, or what it lacks.
+    pub fn from_value(body: &Value) -> Result<ExecutionClosed, String> {
+        let detail = &body["detail"];
+        let text = |name: &str| {
+            detail
+                .get(name)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .ok_or_else(|| format!("an execution status change without detail.{name}"))
+        };
+        Ok(ExecutionClosed {
+            execution_arn: text("executionArn")?,
+            state_machine_arn: text("stateMachineArn")?,
+            status: text("status")?,
+            input: detail.get("input").and_then(Value::as_str).map(str::to_string),
+        })
+    }
+
+    /// The job the execution ran: its name's first 64 characters
+    /// ([`crate::executions::execution_name`]).
+    pub fn job_key(&self) -> Option<&str> {
+        let name = self.execution_arn.rsplit(':').next()?;
+        name.get(..64).filter(|key| key.bytes().all(|b| b.is_ascii_hexdigit()))
+    }
+}
+
 impl SplitTask {
     /// Whether a message body is a split task (of any kind this build
     /// knows, or a later one: it is refused by name, not misread).
@@ -277,6 +327,28 @@ mod tests {
         for field in ["mediaonce", "taskToken", "execution", "job", "span"] {
             assert_eq!(again[field], value[field], "{field}");
         }
+    }
+
+    #[test]
+    fn the_documented_status_change_fixture_names_its_execution_and_job() {
+        let event: Value =
+            serde_json::from_str(include_str!("../../events/split-execution-aborted.json"))
+                .unwrap();
+        let body: Value =
+            serde_json::from_str(event["Records"][0]["body"].as_str().unwrap()).unwrap();
+        assert!(ExecutionClosed::is_status_change(&body));
+        let closed = ExecutionClosed::from_value(&body).unwrap();
+        assert_eq!(closed.status, "ABORTED");
+        let input: ExecutionInput = serde_json::from_str(closed.input.as_deref().unwrap()).unwrap();
+        assert_eq!(closed.job_key(), Some(input.job.key.as_str()));
+        let mut no_arn = body.clone();
+        no_arn["detail"]
+            .as_object_mut()
+            .unwrap()
+            .remove("executionArn");
+        assert!(ExecutionClosed::from_value(&no_arn)
+            .unwrap_err()
+            .contains("executionArn"));
     }
 
     #[test]

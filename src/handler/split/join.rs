@@ -21,7 +21,7 @@ const READS_AT_ONCE: usize = 16;
 /// The join task: every chunk done, their segments copied into the
 /// package, its playlists and manifest written, the job finished.
 pub(super) async fn join(app: &App, task: &SplitTask) -> Result<Answer, String> {
-    let Some(row) = own_row(app, task).await? else {
+    let Some(row) = own_row(app, &task.job.key, &task.execution).await? else {
         let row = app.ledger.get(&task.job.key).await.map_err(|e| e.to_string())?;
         if row.is_some_and(|row| row.status == JobStatus::Done) {
             return Ok(Ok(()));

@@ -31,6 +31,8 @@ mod chunk;
 mod end;
 mod join;
 
+pub(super) use end::process_closed;
+
 /// The error names the definition's `Retry` and `Catch` match on.
 pub mod errors {
     /// A passing failure: retried soon.
@@ -157,10 +159,14 @@ async fn answer_task(
 
 /// The job's row while it is this execution's: running, its execution
 /// this one.
-pub(super) async fn own_row(app: &App, task: &SplitTask) -> Result<Option<JobRow>, String> {
-    let row = app.ledger.get(&task.job.key).await.map_err(|e| e.to_string())?;
+pub(super) async fn own_row(
+    app: &App,
+    job_key: &str,
+    execution: &str,
+) -> Result<Option<JobRow>, String> {
+    let row = app.ledger.get(job_key).await.map_err(|e| e.to_string())?;
     Ok(row.filter(|row| {
-        row.status == JobStatus::Running && row.execution.as_deref() == Some(&task.execution)
+        row.status == JobStatus::Running && row.execution.as_deref() == Some(execution)
     }))
 }
 
