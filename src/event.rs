@@ -59,6 +59,8 @@ pub struct HandedOn {
     pub count: u32,
     /// The recipes handed on.
     pub recipes: Vec<String>,
+    /// The job a split's execution ran for this version ([`HandOn::ran`]).
+    pub ran: Option<String>,
 }
 
 impl S3Record {
@@ -219,6 +221,7 @@ pub fn parse_body(body: &str) -> Result<Notification, BodyError> {
             handed_on: Some(HandedOn {
                 count: hand_on.hand_ons,
                 recipes: hand_on.recipes,
+                ran: hand_on.ran,
             }),
         }]));
     }

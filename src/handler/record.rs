@@ -318,6 +318,7 @@ async fn process_created(
         queue_url,
         hand_ons: record.handed_on.as_ref().map_or(0, |h| h.count),
         handed_on: record.handed_on.as_ref().map_or(&[], |h| h.recipes.as_slice()),
+        ran: record.handed_on.as_ref().and_then(|h| h.ran.as_deref()),
     };
     let done = run_pipeline(app, &walk, &rules, &identified, &unclaimed).await;
     forget_if_disproved(app, &identified).await;
@@ -452,6 +453,15 @@ async fn run_pipeline(
         return RecordDone::of(unclaimed.report(Some(fingerprint), Outcome::Skipped, &reason));
     }
     let mut reports = run_jobs(app, batch, invocation, queue_url, rules, identified, &referenced.added).await;
+    // The upload whose delivery started a split: the execution ran the job
+    // for it, which its walk finds done.
+    if let Some(ran) = walk.ran {
+        for report in reports.iter_mut() {
+            if report.job_key == ran && report.outcome == Outcome::Reused {
+                report.outcome = Outcome::Ran;
+            }
+        }
+    }
     let mut hand_on = None;
     if rules.iter().any(|rule| !app.config.chained_to(rule).is_empty()) {
         let roots = rules.iter().copied().zip(reports.iter().cloned()).collect();
@@ -503,6 +513,8 @@ struct Walk<'a> {
     hand_ons: u32,
     /// The recipes a hand-on named (none for S3's records).
     handed_on: &'a [String],
+    /// The job a split's execution ran for this version ([`HandOn::ran`]).
+    ran: Option<&'a str>,
 }
 
 /// The version's jobs, one per recipe: claimed and run (or reused) once

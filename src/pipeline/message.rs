@@ -56,6 +56,10 @@ pub struct HandOn {
     /// The hand-ons of the version's pipeline, this one included.
     #[serde(default = "one")]
     pub hand_ons: u32,
+    /// The job a split's execution ran for this version (the upload whose
+    /// delivery started it): its walk reports the job `ran`, not reused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ran: Option<String>,
 }
 
 fn one() -> u32 {
@@ -81,7 +85,15 @@ impl HandOn {
             size,
             recipes,
             hand_ons,
+            ran: None,
         }
+    }
+
+    /// The same, for the version whose delivery started the split that
+    /// ran `job_key`.
+    pub fn that_ran(mut self, job_key: &str) -> Self {
+        self.ran = Some(job_key.to_string());
+        self
     }
 
     /// Whether a body (parsed) is one of ours: it has the marker field.

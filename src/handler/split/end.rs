@@ -88,7 +88,7 @@ async fn end_attempt(
         let Some(head) = app.store.head(&object).await.map_err(|e| e.to_string())? else {
             continue;
         };
-        let body = HandOn::new(
+        let hand_on = HandOn::new(
             &head.bucket,
             &head.key,
             head.version_name(),
@@ -96,7 +96,17 @@ async fn end_attempt(
             head.size,
             vec![job.recipe_name.clone()],
             1,
-        )
+        );
+        // The claimant's own upload: the execution ran the job for it.
+        let started_it = job.locations.first().is_some_and(|first| {
+            first.bucket == version.bucket
+                && first.key == version.key
+                && first.version_id == version.version_id
+        });
+        let body = match started_it {
+            true => hand_on.that_ran(&job.key),
+            false => hand_on,
+        }
         .to_body();
         let group = message_group(&head.bucket, &head.key);
         let message = Outgoing {
