@@ -351,6 +351,14 @@ impl Config {
                     format!("{url:?} is not an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)"),
                 ))
             }
+            // Step Functions sends the chunk tasks with no message group,
+            // and one group would run a split's chunks one at a time.
+            Some(url) if crate::queue::is_fifo_queue(&url) => {
+                return Err(invalid(
+                    ENV_CHUNK_QUEUE_URL,
+                    format!("{url:?} is a FIFO queue: a split's chunk tasks need a standard queue"),
+                ))
+            }
             other => other,
         };
         let split_machine_arn = match get(ENV_SPLIT_MACHINE_ARN)
@@ -658,6 +666,29 @@ mod tests {
         assert_eq!(c.identity, IdentityMode::Auto);
         assert!(!c.release_on_delete_marker);
         assert_eq!(c.gc_grace, Duration::from_secs(86_400));
+    }
+
+    #[test]
+    fn splits_need_a_state_machine_arn_and_a_standard_chunk_queue() {
+        let c = config(&[(ENV_TABLE, "t")]).unwrap();
+        assert_eq!((c.split_machine_arn, c.split_max_concurrency), (None, 40));
+        let machine = "arn:aws:states:us-east-1:123456789012:stateMachine:split";
+        let c = config(&[
+            (ENV_TABLE, "t"),
+            (ENV_SPLIT_MACHINE_ARN, machine),
+            (ENV_SPLIT_MAX_CONCURRENCY, "0"),
+        ])
+        .unwrap();
+        assert_eq!(c.split_machine_arn.as_deref(), Some(machine));
+        assert_eq!(c.split_max_concurrency, 0);
+        for (variable, value) in [
+            (ENV_SPLIT_MACHINE_ARN, "arn:aws:sqs:us-east-1:123456789012:split"),
+            (ENV_SPLIT_MAX_CONCURRENCY, "many"),
+            (ENV_CHUNK_QUEUE_URL, "https://sqs.us-east-1.amazonaws.com/1/chunks.fifo"),
+        ] {
+            let e = config(&[(ENV_TABLE, "t"), (variable, value)]).unwrap_err();
+            assert_eq!(e.variable, variable, "{e}");
+        }
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub struct ExecutionProgress {
     /// Tasks that failed (each retried or caught) or timed out.
     pub task_failures: u64,
     pub task_timeouts: u64,
+    /// States entered: what Step Functions bills a Standard workflow for
+    /// (its state transitions).
+    pub states_entered: u64,
     /// History events read.
     pub events: u64,
 }
@@ -299,6 +302,9 @@ impl ExecutionClient for SfnExecutions {
                     Event::TaskFailed => progress.task_failures += 1,
                     Event::TaskTimedOut => progress.task_timeouts += 1,
                     _ => {}
+                }
+                if event.r#type().as_str().ends_with("StateEntered") {
+                    progress.states_entered += 1;
                 }
             }
         }

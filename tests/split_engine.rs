@@ -228,6 +228,9 @@ async fn chunks_fan_out_a_transient_failure_is_retried_and_the_join_gets_them_in
         (3, 3, 0, 1),
         "{progress:?}"
     );
+    // What it is billed for: the Map, a chunk task per span (its retry
+    // does not enter the state again), the join, the announcement.
+    assert_eq!(progress.states_entered, 1 + 3 + 1 + 1, "{progress:?}");
     assert!(
         asked.executions.iter().all(|e| *e == execution),
         "every task names its execution: {asked:?}"

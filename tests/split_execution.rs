@@ -692,3 +692,56 @@ async fn an_execution_aborted_by_hand_ends_its_attempt_and_the_upload_splits_ane
     assert_eq!(status, ExecutionStatus::Succeeded);
     assert_eq!(p.row(&parent.job_key).await.unwrap().status, JobStatus::Done);
 }
+
+/// A chunk's worker died mid-encode: its chunk job's row is `running`
+/// under a lease that has passed. The chunk's task (Step Functions'
+/// retry after the heartbeat timeout, or SQS's redelivery) takes the
+/// chunk over, a run counted, and the execution joins the package.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_whose_worker_died_mid_encode_is_taken_over_and_joined() {
+    use mediaonce::key::{job_key, sha256_hex, Recipe};
+    use mediaonce::ledger::{ClaimRequest, JobRow};
+    use mediaonce::pipeline::split::ExecutionInput;
+    use mediaonce::steps::hls::chunk_job::ChunkParams;
+
+    let s = split_pipeline(Vec::new()).await;
+    let p = &s.p;
+    let bytes = small_clip();
+    p.put("talks/crashed.mp4", &bytes, true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let parent = report.jobs().next().unwrap().clone();
+    let execution = p.row(&parent.job_key).await.unwrap().execution.unwrap();
+    let sdk = mediaonce::aws::load_sdk_config().await;
+    let described = aws_sdk_sfn::Client::new(&sdk)
+        .describe_execution()
+        .execution_arn(&execution)
+        .send()
+        .await
+        .unwrap();
+    let input: ExecutionInput = serde_json::from_str(described.input().unwrap()).unwrap();
+    let package = Recipe::from_value(&input.job.recipe).unwrap();
+    let span = input.spans[1];
+    let chunk = ChunkParams::recipe(&package, span.index, span.start_ms, span.end_ms);
+    let chunk_key = job_key(&sha256_hex(&bytes), &chunk.hash());
+    let now = common::now_ms();
+    p.seed_row(&JobRow::claimed(&ClaimRequest {
+        job_key: chunk_key.clone(),
+        step: "hls-chunk".into(),
+        input_hash: sha256_hex(&bytes),
+        output_prefix: p.app.config.output_location(&chunk_key),
+        owner: "died-mid-encode/1".into(),
+        lease_until_ms: now - 1,
+        now_ms: now - 60_000,
+        max_attempts: 3,
+    }))
+    .await;
+
+    let (status, chunks) = s.run_execution(&execution).await;
+    assert_eq!(status, ExecutionStatus::Succeeded, "{chunks:#?}");
+    let taken = chunks
+        .iter()
+        .find(|r| r.job_key == chunk_key)
+        .expect("the chunk ran");
+    assert_eq!((taken.outcome, taken.attempt), (Outcome::Ran, 2), "{taken:?}");
+    assert_eq!(p.row(&parent.job_key).await.unwrap().status, JobStatus::Done);
+}
