@@ -682,9 +682,15 @@ mod tests {
         assert_eq!(c.split_machine_arn.as_deref(), Some(machine));
         assert_eq!(c.split_max_concurrency, 0);
         for (variable, value) in [
-            (ENV_SPLIT_MACHINE_ARN, "arn:aws:sqs:us-east-1:123456789012:split"),
+            (
+                ENV_SPLIT_MACHINE_ARN,
+                "arn:aws:sqs:us-east-1:123456789012:split",
+            ),
             (ENV_SPLIT_MAX_CONCURRENCY, "many"),
-            (ENV_CHUNK_QUEUE_URL, "https://sqs.us-east-1.amazonaws.com/1/chunks.fifo"),
+            (
+                ENV_CHUNK_QUEUE_URL,
+                "https://sqs.us-east-1.amazonaws.com/1/chunks.fifo",
+            ),
         ] {
             let e = config(&[(ENV_TABLE, "t"), (variable, value)]).unwrap_err();
             assert_eq!(e.variable, variable, "{e}");

@@ -11,15 +11,12 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use aws_sdk_sfn::types::StateMachineType;
 use common::{receive_from, unique};
 use mediaonce::executions::{
     ExecutionClient, ExecutionErrorKind, ExecutionStatus, InMemoryExecutions, SfnExecutions,
     TaskAnswer,
 };
 use serde_json::{json, Value};
-
-const DEFINITION: &str = include_str!("../statemachine/hls-split.asl.json");
 
 struct Engine {
     sfn: aws_sdk_sfn::Client,
@@ -33,24 +30,8 @@ async fn engine() -> Engine {
     let sdk = mediaonce::aws::load_sdk_config().await;
     let sfn = aws_sdk_sfn::Client::new(&sdk);
     let sqs = mediaonce::aws::sqs_client(&sdk);
-    let queue_url = sqs
-        .create_queue()
-        .queue_name(unique("chunks"))
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
-    let machine = sfn
-        .create_state_machine()
-        .name(unique("hls-split"))
-        .definition(DEFINITION)
-        .role_arn("arn:aws:iam::000000000000:role/mediaonce-split")
-        .r#type(StateMachineType::Standard)
-        .send()
-        .await
-        .expect("the definition is accepted")
-        .state_machine_arn;
+    let queue_url = common::sfn::queue(&sqs, "chunks").await;
+    let machine = common::sfn::split_machine(&sfn).await;
     Engine {
         sfn,
         sqs,

@@ -11,7 +11,6 @@ mod common;
 use std::collections::BTreeMap;
 
 use aws_lambda_events::event::sqs::SqsMessage;
-use aws_sdk_sfn::types::StateMachineType;
 use common::hls::{run_direct, small_clip, step_in};
 use common::{receive_from, unique, Options, Pipeline};
 use mediaonce::config::{ENV_CHUNK_QUEUE_URL, ENV_EVENT_BUS, ENV_SPLIT_MACHINE_ARN};
@@ -20,8 +19,6 @@ use mediaonce::fingerprint::FingerprintSource;
 use mediaonce::handler::{JobReport, Outcome};
 use mediaonce::ledger::JobStatus;
 use serde_json::Value;
-
-const DEFINITION: &str = include_str!("../statemachine/hls-split.asl.json");
 
 /// 1 s segments in 1 s chunks at the quickest preset.
 fn split_params() -> Value {
@@ -45,25 +42,9 @@ async fn split_pipeline(vars: Vec<(&'static str, String)>) -> Split {
     let sdk = mediaonce::aws::load_sdk_config().await;
     let sfn = aws_sdk_sfn::Client::new(&sdk);
     let sqs = mediaonce::aws::sqs_client(&sdk);
-    let chunk_queue = sqs
-        .create_queue()
-        .queue_name(unique("chunks"))
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let chunk_queue = common::sfn::queue(&sqs, "chunks").await;
     let chunk_queue_arn = common::sqs::queue_arn(&sqs, &chunk_queue).await;
-    let machine = sfn
-        .create_state_machine()
-        .name(unique("hls-split"))
-        .definition(DEFINITION)
-        .role_arn("arn:aws:iam::000000000000:role/mediaonce-split")
-        .r#type(StateMachineType::Standard)
-        .send()
-        .await
-        .expect("the definition is accepted")
-        .state_machine_arn;
+    let machine = common::sfn::split_machine(&sfn).await;
     let recipes = serde_json::json!([{"name": "hls", "step": "hls-package", "version": 1,
         "params": split_params()}]);
     let mut all = vec![
@@ -672,13 +653,19 @@ async fn an_execution_aborted_by_hand_ends_its_attempt_and_the_upload_splits_ane
                    "inputDetails": {"included": true}}});
     let delivered = p.send_raw(&event.to_string()).await;
     let report = p.handle(vec![delivered.clone()]).await;
-    assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
     let row = p.row(&parent.job_key).await.unwrap();
     assert_eq!(row.status, JobStatus::Failed, "{row:?}");
     assert!(row.error.unwrap_or_default().contains("ABORTED"));
     // Delivered again (EventBridge delivers at least once): nothing more.
     let report = p.handle(vec![delivered]).await;
-    assert!(report.response().batch_item_failures.is_empty(), "{report:?}");
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
 
     // The upload, handed on, takes the job over with an execution of its own.
     let walked = s.drain_jobs().await;
@@ -690,7 +677,10 @@ async fn an_execution_aborted_by_hand_ends_its_attempt_and_the_upload_splits_ane
     // ended and run nothing; the new one's run and join.
     let (status, _) = s.run_execution(&again).await;
     assert_eq!(status, ExecutionStatus::Succeeded);
-    assert_eq!(p.row(&parent.job_key).await.unwrap().status, JobStatus::Done);
+    assert_eq!(
+        p.row(&parent.job_key).await.unwrap().status,
+        JobStatus::Done
+    );
 }
 
 /// A chunk's worker died mid-encode: its chunk job's row is `running`
@@ -742,6 +732,13 @@ async fn a_chunk_whose_worker_died_mid_encode_is_taken_over_and_joined() {
         .iter()
         .find(|r| r.job_key == chunk_key)
         .expect("the chunk ran");
-    assert_eq!((taken.outcome, taken.attempt), (Outcome::Ran, 2), "{taken:?}");
-    assert_eq!(p.row(&parent.job_key).await.unwrap().status, JobStatus::Done);
+    assert_eq!(
+        (taken.outcome, taken.attempt),
+        (Outcome::Ran, 2),
+        "{taken:?}"
+    );
+    assert_eq!(
+        p.row(&parent.job_key).await.unwrap().status,
+        JobStatus::Done
+    );
 }

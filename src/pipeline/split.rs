@@ -199,7 +199,10 @@ impl ExecutionClosed {
             execution_arn: text("executionArn")?,
             state_machine_arn: text("stateMachineArn")?,
             status: text("status")?,
-            input: detail.get("input").and_then(Value::as_str).map(str::to_string),
+            input: detail
+                .get("input")
+                .and_then(Value::as_str)
+                .map(str::to_string),
         })
     }
 
@@ -207,7 +210,8 @@ impl ExecutionClosed {
     /// ([`crate::executions::execution_name`]).
     pub fn job_key(&self) -> Option<&str> {
         let name = self.execution_arn.rsplit(':').next()?;
-        name.get(..64).filter(|key| key.bytes().all(|b| b.is_ascii_hexdigit()))
+        name.get(..64)
+            .filter(|key| key.bytes().all(|b| b.is_ascii_hexdigit()))
     }
 }
 

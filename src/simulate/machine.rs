@@ -179,30 +179,19 @@ impl SimMachine {
                             ExecutionStatus::Failed
                         });
                     }
-                    (kind @ (Kind::Chunk(_) | Kind::Join), TaskAnswer::Failure { error, .. })
-                        if error == "mediaonce.Transient" && task.attempts < RETRY_ATTEMPTS =>
+                    (kind, TaskAnswer::Failure { error, .. })
+                        if retried(kind, &error, task.attempts) =>
                     {
-                        let at = now_ms + (RETRY_FIRST_MS << task.attempts);
-                        sends.push((
-                            at,
-                            Task {
-                                kind,
-                                attempts: task.attempts + 1,
-                            },
-                        ));
-                        self.counts.task_retries += 1;
-                    }
-                    (kind @ (Kind::Failed | Kind::End { .. }), TaskAnswer::Failure { .. })
-                        if task.attempts < END_ATTEMPTS =>
-                    {
-                        let at = now_ms + RETRY_FIRST_MS;
-                        sends.push((
-                            at,
-                            Task {
-                                kind,
-                                attempts: task.attempts + 1,
-                            },
-                        ));
+                        // The definition's Retry: the task again, later.
+                        let backoff = match kind {
+                            Kind::Chunk(_) | Kind::Join => RETRY_FIRST_MS << task.attempts,
+                            _ => RETRY_FIRST_MS,
+                        };
+                        let again = Task {
+                            kind,
+                            attempts: task.attempts + 1,
+                        };
+                        sends.push((now_ms + backoff, again));
                         self.counts.task_retries += 1;
                     }
                     (Kind::Chunk(_) | Kind::Join, TaskAnswer::Failure { error, cause }) => {
@@ -301,5 +290,15 @@ impl SimMachine {
         }
         run.tasks.insert(token, task);
         body.to_string()
+    }
+}
+
+/// Whether the definition's `Retry` sends a task that failed with `error`
+/// after `attempts` retries again: a chunk's or the join's transient
+/// failure 5 times, any failure of the failure task or an announcement 8.
+fn retried(kind: Kind, error: &str, attempts: u32) -> bool {
+    match kind {
+        Kind::Chunk(_) | Kind::Join => error == "mediaonce.Transient" && attempts < RETRY_ATTEMPTS,
+        Kind::Failed | Kind::End { .. } => attempts < END_ATTEMPTS,
     }
 }

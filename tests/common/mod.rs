@@ -15,6 +15,7 @@ pub mod heif;
 pub mod hls;
 pub mod media;
 pub mod pipeline;
+pub mod sfn;
 pub mod sqs;
 pub mod steps;
 pub mod ts;

@@ -283,7 +283,9 @@ async fn split_progress(execution: &str) -> serde_json::Value {
             }
             json
         }
-        Err(e) => serde_json::json!({"execution": execution, "status": status, "error": e.to_string()}),
+        Err(e) => {
+            serde_json::json!({"execution": execution, "status": status, "error": e.to_string()})
+        }
     }
 }
 
