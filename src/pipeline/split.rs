@@ -20,10 +20,15 @@ pub const END_TASK: &str = "hls-end/2";
 /// A chunk or the join failed: the job finished failed.
 pub const FAILED_TASK: &str = "hls-failed/2";
 
-/// At most this many spans in one execution: its input, and the join's
-/// message, stay far under Step Functions' and SQS's 256 KiB (a span is
-/// about 50 bytes); 2,000 one-minute chunks are 33 hours of video.
-pub const MAX_SPANS: usize = 2_000;
+/// At most this many spans in one execution, so that an inline Map stays
+/// inside a Standard execution's 25,000 history events: each chunk task
+/// writes about 8 (its iteration's start and end, the task's state entered,
+/// scheduled, started, submitted, succeeded, exited) and each retry about
+/// 4 more, so 1,000 chunks take about 8,000 with room for a retry of
+/// every chunk and more; the input, and the join's message, stay far under
+/// Step Functions' and SQS's 256 KiB (a span is about 50 bytes). 1,000
+/// one-minute chunks are 16 hours of video.
+pub const MAX_SPANS: usize = 1_000;
 
 /// The job an execution runs, as its claimant claimed it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

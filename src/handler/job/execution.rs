@@ -221,3 +221,22 @@ impl JobRun<'_> {
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executions::{execution_arn, execution_name};
+
+    /// Two claims of one job (a takeover) start two executions, each
+    /// holding the chunks under a holder of its own: the end of the stale
+    /// one releases its holds, never the newer one's.
+    #[test]
+    fn every_execution_holds_its_chunks_under_a_holder_of_its_own() {
+        let machine = "arn:aws:states:us-east-1:1:stateMachine:split";
+        let job = "a".repeat(64);
+        let first = execution_arn(machine, &execution_name(&job, "claim/1"));
+        let second = execution_arn(machine, &execution_name(&job, "claim/2"));
+        assert_ne!(execution_holder(&first), execution_holder(&second));
+        assert!(execution_holder(&first).starts_with(&format!("split#{job}-")));
+    }
+}
