@@ -88,20 +88,62 @@ struct Overwrite {
     bytes: Option<Vec<u8>>,
 }
 
+tokio::task_local! {
+    /// The actor a task runs for, when the explorer's scheduler runs it
+    /// ([`crate::explore`]): its gate tells calls apart by it.
+    pub static ACTOR: u64;
+}
+
+/// `future`, run for the same actor as the calling task: a task spawned
+/// by an actor (a batch's message lanes) is part of it. Outside the
+/// explorer, `future` unchanged.
+pub fn for_same_actor<F: std::future::Future>(
+    future: F,
+) -> impl std::future::Future<Output = F::Output> {
+    match ACTOR.try_with(|actor| *actor) {
+        Ok(actor) => futures::future::Either::Left(ACTOR.scope(actor, future)),
+        Err(_) => futures::future::Either::Right(future),
+    }
+}
+
+/// Where a caller waits before each call: the explorer's scheduler
+/// ([`crate::explore`]) holds every call there until it chooses it.
+#[async_trait::async_trait]
+pub trait CallGate: Send + Sync + std::fmt::Debug {
+    /// Returns when `call` (on `key`) may go ahead.
+    async fn pass(&self, call: Call, key: &str);
+}
+
 /// Which calls fail, and how often. Rules are checked in the order they were
 /// added; a rule is spent when it has failed its `times` calls. Overwrites
 /// model another writer racing the worker: an object replaced between two
-/// of its calls.
+/// of its calls. A gate, when set, holds every call until it lets it go.
 #[derive(Debug, Default)]
 pub struct FaultPlan {
     rules: Mutex<Vec<Rule>>,
     overwrites: Mutex<Vec<Overwrite>>,
     injected: AtomicUsize,
+    gate: Option<std::sync::Arc<dyn CallGate>>,
 }
 
 impl FaultPlan {
     pub fn new() -> Self {
         FaultPlan::default()
+    }
+
+    /// A plan whose every call first waits at `gate`.
+    pub fn gated(gate: std::sync::Arc<dyn CallGate>) -> Self {
+        FaultPlan {
+            gate: Some(gate),
+            ..FaultPlan::default()
+        }
+    }
+
+    /// Waits at the gate, if there is one, before `call` on `key`.
+    pub async fn pass(&self, call: Call, key: &str) {
+        if let Some(gate) = &self.gate {
+            gate.pass(call, key).await;
+        }
     }
 
     /// Fails the next `times` calls of `call` with `error`.

@@ -61,6 +61,7 @@ pub mod bus;
 pub mod config;
 pub mod error;
 pub mod executions;
+pub mod explore;
 pub mod fingerprint;
 pub mod identity;
 pub mod key;
@@ -78,10 +79,14 @@ pub mod upload;
 
 internal!(bmff, event, fifo, handler, report, runtime, step);
 
-/// Which calls fail: for failure-injection tests only.
+/// Which calls fail, and the gate every call passes: the
+/// failure-injection tests' and the explorer's (`mediaonce explore`).
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod faults;
+#[cfg(not(any(test, feature = "testing")))]
+#[allow(dead_code)]
+pub(crate) mod faults;
 
 pub use config::{Config, ConfigError};
 pub use handler::{

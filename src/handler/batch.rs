@@ -70,7 +70,8 @@ async fn run_batch(app: Arc<App>, event: SqsEvent, invocation: Invocation) -> Ba
                 permits.clone(),
                 slots.clone(),
             );
-            tokio::spawn(async move {
+            // Part of the same actor when the explorer runs the batch.
+            tokio::spawn(crate::faults::for_same_actor(async move {
                 let mut earlier_failed = false;
                 for (index, message) in lane {
                     let report = if earlier_failed {
@@ -92,7 +93,7 @@ async fn run_batch(app: Arc<App>, event: SqsEvent, invocation: Invocation) -> Ba
                     lock(&slots)[index] = Some(report);
                 }
             }
-            .instrument(tracing::Span::current()))
+            .instrument(tracing::Span::current())))
         })
         .collect();
 

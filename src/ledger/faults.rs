@@ -56,8 +56,13 @@ impl Pause {
 
 impl FaultyTable {
     pub fn new(inner: impl LedgerTable + 'static, plan: Arc<FaultPlan>) -> Self {
+        FaultyTable::over(Arc::new(inner), plan)
+    }
+
+    /// The same over a table the caller keeps a handle on too.
+    pub fn over(inner: Arc<dyn LedgerTable>, plan: Arc<FaultPlan>) -> Self {
         FaultyTable {
-            inner: Arc::new(inner),
+            inner,
             plan,
             pause: None,
         }
@@ -81,6 +86,7 @@ impl FaultyTable {
         operation: &'static str,
         job_key: &str,
     ) -> Result<(), LedgerError> {
+        self.plan.pass(call, job_key).await;
         if let Some((held, pause)) = &self.pause {
             if *held == call
                 && pause.seen.fetch_add(1, Ordering::SeqCst) == pause.nth.load(Ordering::SeqCst)

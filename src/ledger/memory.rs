@@ -79,6 +79,11 @@ impl InMemoryTable {
         rows
     }
 
+    /// Every job row, as it is now.
+    pub fn job_rows(&self) -> Vec<JobRow> {
+        self.rows().values().cloned().collect()
+    }
+
     /// Writes a row unconditionally (seeding a test).
     pub fn insert(&self, row: JobRow) {
         self.rows().insert(row.job_key.clone(), row);

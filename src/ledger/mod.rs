@@ -26,6 +26,9 @@ pub mod dynamodb;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod faults;
+#[cfg(not(any(test, feature = "testing")))]
+#[allow(dead_code)]
+pub(crate) mod faults;
 mod items;
 pub use collection::{collectable, seal_mark, unsealed, CollectDue, CollectRequest, DeferCollect};
 // In memory: the simulation's (`mediaonce simulate`) and the tests'.

@@ -50,6 +50,7 @@ impl FaultyObjects {
 impl ObjectClient for FaultyObjects {
     async fn head_object(&self, object: &ObjectRef) -> Result<Option<ObjectHead>, HeadError> {
         self.overwrite_if_due(Call::HeadObject, object).await;
+        self.plan.pass(Call::HeadObject, &object.key).await;
         if let Some(message) = self.plan.check(Call::HeadObject, &object.key) {
             return Err(HeadError {
                 object: object.to_string(),
@@ -62,6 +63,7 @@ impl ObjectClient for FaultyObjects {
 
     async fn get_object(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
         self.overwrite_if_due(Call::GetObject, object).await;
+        self.plan.pass(Call::GetObject, &object.key).await;
         if let Some(message) = self.plan.check(Call::GetObject, &object.key) {
             return Err(GetError {
                 object: object.to_string(),
@@ -78,6 +80,7 @@ impl ObjectClient for FaultyObjects {
         range: Range<u64>,
     ) -> Result<Vec<u8>, GetError> {
         self.overwrite_if_due(Call::GetObject, object).await;
+        self.plan.pass(Call::GetObject, &object.key).await;
         if let Some(message) = self.plan.check(Call::GetObject, &object.key) {
             return Err(GetError {
                 object: object.to_string(),
@@ -96,6 +99,7 @@ impl ObjectClient for FaultyObjects {
         body: ByteStream,
         checksum_sha256: Option<&str>,
     ) -> Result<(), PutError> {
+        self.plan.pass(Call::PutObject, key).await;
         if let Some(message) = self.plan.check(Call::PutObject, key) {
             return Err(PutError {
                 bucket: bucket.to_string(),
@@ -110,6 +114,7 @@ impl ObjectClient for FaultyObjects {
     }
 
     async fn copy_object(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {
+        self.plan.pass(Call::CopyObject, key).await;
         if let Some(message) = self.plan.check(Call::CopyObject, key) {
             return Err(PutError {
                 bucket: bucket.to_string(),
@@ -136,6 +141,7 @@ impl ObjectClient for FaultyObjects {
         prefix: &str,
         from: Option<&str>,
     ) -> Result<(Vec<String>, Option<String>), ListError> {
+        self.plan.pass(Call::ListObjects, prefix).await;
         if let Some(message) = self.plan.check(Call::ListObjects, prefix) {
             return Err(ListError {
                 operation: "ListObjectsV2",
@@ -150,6 +156,7 @@ impl ObjectClient for FaultyObjects {
 
     async fn delete_objects(&self, bucket: &str, keys: &[String]) -> Result<(), DeleteError> {
         let first = keys.first().map(String::as_str).unwrap_or_default();
+        self.plan.pass(Call::DeleteObjects, first).await;
         if let Some(message) = self.plan.check(Call::DeleteObjects, first) {
             return Err(DeleteError {
                 bucket: bucket.to_string(),

@@ -16,6 +16,9 @@ mod counting;
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod faults;
+#[cfg(not(any(test, feature = "testing")))]
+#[allow(dead_code)]
+pub(crate) mod faults;
 // In memory: the simulation's (`mediaonce simulate`) and the tests'.
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]

@@ -1,6 +1,7 @@
 //! The mediaonce command line: job keys, the handler run locally, job rows,
 //! and uploads keyed by content.
 
+mod explore;
 mod progress;
 mod refs;
 mod simulate;
@@ -121,6 +122,11 @@ enum Command {
     /// through the real handler on in-memory clients with a virtual clock,
     /// and compare the runs keyed by message id with mediaonce's.
     Simulate(simulate::SimulateArgs),
+    /// Explore interleavings: the real handler and sweep on in-memory
+    /// clients, every call's turn chosen by a seeded scheduler, with
+    /// uploads, deletes, redeliveries, crashes and clock jumps; the
+    /// invariants checked after every step. A failure prints its seed.
+    Explore(explore::ExploreArgs),
     /// Upload a file so that its jobs are keyed by its content: one PUT
     /// carrying its SHA-256 (which S3 verifies and keeps) up to 5 GiB, else
     /// a multipart upload (a worker then hashes it once). Prints the input
@@ -196,6 +202,7 @@ fn main() -> ExitCode {
         Command::Gc { dry_run } => gc(dry_run),
         Command::Refs { command } => refs::run(command),
         Command::Simulate(args) => simulate::run(args),
+        Command::Explore(args) => explore::run_seeds(args),
         Command::Backfill {
             location,
             queue_url,

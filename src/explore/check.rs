@@ -1,0 +1,149 @@
+//! The explorer's invariants, over a snapshot of the world: the job rows,
+//! the output bucket and the live input objects. Pure.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::key::sha256_hex;
+use crate::ledger::{JobRow, JobStatus};
+use crate::step::{Manifest, MANIFEST_NAME};
+
+/// The output prefix of every job in the explorer's world.
+pub const OUTPUT_PREFIX: &str = "derived/";
+
+/// A live input object, as the world holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveObject {
+    pub key: String,
+    /// The job its bytes key to under the recipe in force.
+    pub job_key: String,
+    /// A create of these bytes was acknowledged since they were written:
+    /// from then on their job's outputs are promised.
+    pub promised: bool,
+}
+
+/// The world, as the invariants read it.
+#[derive(Debug)]
+pub struct Snapshot<'a> {
+    pub rows: &'a [JobRow],
+    /// The output bucket: key → bytes.
+    pub outputs: &'a BTreeMap<String, Vec<u8>>,
+    pub live: &'a [LiveObject],
+}
+
+/// An invariant broken: its name and what was found.
+pub type Broken = (&'static str, String);
+
+/// After every step:
+/// 2. a row `done` has its manifest, and every file it lists exists with
+///    its size and SHA-256;
+/// 1. no output of a job is deleted while a live version whose create was
+///    acknowledged keys to it: its row exists, is not deleting, and when
+///    done has its files (2).
+pub fn every_step(s: &Snapshot<'_>) -> Result<(), Broken> {
+    for row in s.rows.iter().filter(|r| r.status == JobStatus::Done) {
+        files_of(s, &row.job_key).map_err(|e| ("a done job has its files", e))?;
+    }
+    let rows: BTreeMap<&str, &JobRow> = s.rows.iter().map(|r| (r.job_key.as_str(), r)).collect();
+    for live in s.live.iter().filter(|l| l.promised) {
+        let broken = |what: String| {
+            Err((
+                "no output a live version was promised is deleted",
+                format!("{} (job {}): {what}", live.key, live.job_key),
+            ))
+        };
+        match rows.get(live.job_key.as_str()) {
+            None => return broken("its job has no row".into()),
+            Some(row) if row.deletes_started_at_ms.is_some() => {
+                return broken(format!(
+                    "its job is {} with deletes started",
+                    row.status.as_str()
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// At quiescence (every message handled, the clock past every lease and
+/// grace, the sweep run):
+/// 4a. no row is left `running` or `collecting`;
+/// 4b. every live version's job is `done` (with its files, as 2 says);
+/// 4c. nothing leaks: every row is a live version's job, and every output
+///     belongs to a row.
+pub fn at_quiescence(s: &Snapshot<'_>) -> Result<(), Broken> {
+    every_step(s)?;
+    if let Some(row) = s
+        .rows
+        .iter()
+        .find(|r| matches!(r.status, JobStatus::Running | JobStatus::Collecting))
+    {
+        return Err((
+            "nothing is left running",
+            format!("job {} is {}", row.job_key, row.status.as_str()),
+        ));
+    }
+    let rows: BTreeMap<&str, &JobRow> = s.rows.iter().map(|r| (r.job_key.as_str(), r)).collect();
+    for live in s.live {
+        match rows.get(live.job_key.as_str()) {
+            Some(row) if row.status == JobStatus::Done => {}
+            other => {
+                return Err((
+                    "every live version's job is done",
+                    format!(
+                        "{} (job {}) has its job {}",
+                        live.key,
+                        live.job_key,
+                        other.map_or("missing", |r| r.status.as_str())
+                    ),
+                ))
+            }
+        }
+    }
+    let wanted: BTreeSet<&str> = s.live.iter().map(|l| l.job_key.as_str()).collect();
+    if let Some(row) = s.rows.iter().find(|r| !wanted.contains(r.job_key.as_str())) {
+        return Err((
+            "nothing leaks",
+            format!(
+                "job {} ({}) is no live version's",
+                row.job_key,
+                row.status.as_str()
+            ),
+        ));
+    }
+    if let Some(key) = s.outputs.keys().find(|key| {
+        let job = key
+            .strip_prefix(OUTPUT_PREFIX)
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or_default();
+        !rows.contains_key(job)
+    }) {
+        return Err(("nothing leaks", format!("output {key} belongs to no job")));
+    }
+    Ok(())
+}
+
+/// The files of a done job: its manifest, then each file it lists, with
+/// its size and SHA-256.
+fn files_of(s: &Snapshot<'_>, job_key: &str) -> Result<(), String> {
+    let prefix = format!("{OUTPUT_PREFIX}{job_key}/");
+    let manifest = s
+        .outputs
+        .get(&format!("{prefix}{MANIFEST_NAME}"))
+        .ok_or_else(|| format!("job {job_key} is done with no manifest"))?;
+    let manifest: Manifest = serde_json::from_slice(manifest)
+        .map_err(|e| format!("job {job_key}'s manifest does not parse: {e}"))?;
+    for file in &manifest.outputs {
+        let bytes = s
+            .outputs
+            .get(&format!("{prefix}{}", file.name))
+            .ok_or_else(|| format!("job {job_key} is done without {}", file.name))?;
+        if bytes.len() as u64 != file.size || sha256_hex(bytes) != file.sha256 {
+            return Err(format!(
+                "job {job_key}'s {} is not what its manifest says",
+                file.name
+            ));
+        }
+    }
+    Ok(())
+}

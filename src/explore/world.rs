@@ -1,0 +1,790 @@
+//! The explored world: the real handler and sweep over the in-memory
+//! ledger and objects, behind the gate of [`super::sched`]; users, SQS and
+//! the clock as the explorer's own actions. One step is one choice:
+//! release one held call, start an invocation, let a user upload or
+//! delete, start a sweep, crash an actor, or move the clock.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use serde_json::{Map, Value};
+use tokio::task::JoinHandle;
+
+use super::check::{self, LiveObject, Snapshot, OUTPUT_PREFIX};
+use super::sched::{Scheduler, ACTOR};
+use crate::config::Config;
+use crate::event::{created_notification, removed_notification};
+use crate::faults::FaultPlan;
+use crate::handler::{handle_batch, App, BatchReport, Invocation};
+use crate::key::{job_key, sha256_hex};
+use crate::lease::Clock;
+use crate::ledger::faults::FaultyTable;
+use crate::ledger::memory::InMemoryTable;
+use crate::ledger::{JobStatus, Ledger, LedgerTable, RetryPolicy};
+use crate::queue::{Queue, RecordingQueue};
+use crate::step::{InputUse, JobOutputs, Step, StepContext, StepError};
+use crate::steps::StepRegistry;
+use crate::store::faults::FaultyObjects;
+use crate::store::memory::InMemoryObjects;
+use crate::store::ObjectStore;
+
+const BUCKET: &str = "in";
+const OUT: &str = "out";
+const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:explored";
+/// The template's default function timeout, and its queue's visibility
+/// (6×) and receives before the dead-letter queue.
+const FUNCTION_TIMEOUT_MS: u64 = 120_000;
+const VISIBILITY_MS: u64 = 720_000;
+const MAX_RECEIVES: u32 = 5;
+const START_MS: u64 = 1_800_000_000_000;
+/// How many of an actor's last actions a report shows.
+const LAST_ACTIONS: usize = 8;
+
+/// What to explore.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ExploreOptions {
+    pub seed: u64,
+    /// Steps before quiescence.
+    pub steps: u64,
+    /// Object keys the users write to.
+    pub keys: u32,
+    /// Distinct contents they upload (fewer than keys: shared bytes).
+    pub contents: u32,
+    /// The collection grace, in seconds (0: at once).
+    pub gc_grace_secs: u64,
+}
+
+impl Default for ExploreOptions {
+    fn default() -> Self {
+        ExploreOptions {
+            seed: 1,
+            steps: 400,
+            keys: 4,
+            contents: 3,
+            gc_grace_secs: 0,
+        }
+    }
+}
+
+/// An invariant broken, and where.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Violation {
+    /// The step after which it was found (`steps` + n: in quiescence).
+    pub step: u64,
+    pub invariant: &'static str,
+    pub detail: String,
+    /// Each actor's last actions (0: the users, SQS and the clock).
+    pub last_actions: BTreeMap<u64, Vec<String>>,
+}
+
+/// What a run came to.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ExploreReport {
+    pub options: ExploreOptions,
+    /// Steps taken, quiescence's included.
+    pub steps: u64,
+    /// Steps by kind of action.
+    pub actions: BTreeMap<&'static str, u64>,
+    pub dead_letters: u64,
+    /// Of those, the ones whose receives mostly ended in crashes (three
+    /// or more of the five): the crash budget spent, not the handler's
+    /// doing.
+    pub dead_letters_by_crashes: u64,
+    /// A digest of every action taken: the same seed, the same digest.
+    pub trace: String,
+    /// Every action, `step actor: what`, in order.
+    #[serde(skip)]
+    pub log: Vec<String>,
+    pub violation: Option<Violation>,
+}
+
+/// `explore-probe`: a step that writes one file named by its job, and
+/// checks, as it starts, that its job's row holds a live claim (no step
+/// runs for a job another owner holds, or nobody does).
+struct ExploreProbe {
+    table: Arc<InMemoryTable>,
+    clock: Arc<AtomicU64>,
+    broken: Arc<Mutex<Vec<String>>>,
+}
+
+#[async_trait::async_trait]
+impl Step for ExploreProbe {
+    type Params = ();
+
+    fn name(&self) -> &'static str {
+        "explore-probe"
+    }
+
+    fn params(&self, _params: &Map<String, Value>) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn input_use(&self, _params: &()) -> InputUse {
+        InputUse::Ranges
+    }
+
+    async fn run(
+        &self,
+        _params: &(),
+        context: &StepContext<'_>,
+        outputs: &mut JobOutputs,
+    ) -> Result<(), StepError> {
+        let now = self.clock.load(Ordering::Relaxed);
+        let row = self.table.get(context.job_key).await.ok().flatten();
+        let held = row
+            .as_ref()
+            .is_some_and(|r| r.status == JobStatus::Running && r.lease_until_ms > now);
+        if !held {
+            self.broken
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!(
+                    "job {} ran while its row was {}",
+                    context.job_key,
+                    row.map_or("gone".into(), |r| format!(
+                        "{} until {}",
+                        r.status.as_str(),
+                        r.lease_until_ms
+                    ))
+                ));
+        }
+        outputs
+            .put_bytes(
+                "out.bin",
+                "application/octet-stream",
+                context.job_key.as_bytes().to_vec(),
+            )
+            .await
+    }
+}
+
+#[derive(Debug, Clone)]
+struct VirtualClock(Arc<AtomicU64>);
+
+impl Clock for VirtualClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A message in the simulated queue.
+#[derive(Debug, Clone)]
+struct Message {
+    id: String,
+    body: String,
+    visible_at: u64,
+    receives: u32,
+    /// Receives that ended with their invocation's crash (or timeout).
+    crashed: u32,
+    /// The invocation it was last handed to, and the receipt.
+    holder: Option<(u64, String)>,
+}
+
+/// An input object as the users left it.
+#[derive(Debug, Clone)]
+struct Object {
+    content: u32,
+    etag: String,
+    /// When it was written (the explorer's action count).
+    written: u64,
+    promised: bool,
+}
+
+enum Running {
+    /// An invocation, and when it started (the explorer's action count):
+    /// every call it makes comes after what was written before.
+    Invocation(JoinHandle<BatchReport>, u64),
+    Sweep(JoinHandle<()>),
+}
+
+struct World {
+    options: ExploreOptions,
+    rng: fastrand::Rng,
+    clock: Arc<AtomicU64>,
+    sched: Arc<Scheduler>,
+    table: Arc<InMemoryTable>,
+    objects: Arc<InMemoryObjects>,
+    queue: Arc<RecordingQueue>,
+    app: Arc<App>,
+    recipe_hash: String,
+    broken: Arc<Mutex<Vec<String>>>,
+    messages: Vec<Message>,
+    inputs: BTreeMap<String, Object>,
+    actors: BTreeMap<u64, Running>,
+    /// Each running actor's invocation deadline: Lambda stops it there.
+    deadlines: BTreeMap<u64, u64>,
+    next_actor: u64,
+    next_message: u64,
+    receipts: u64,
+    report: ExploreReport,
+    last: BTreeMap<u64, VecDeque<String>>,
+    digest: u64,
+}
+
+/// Runs `options.steps` steps, then quiescence, checking the invariants
+/// after each; the report says what happened and what broke.
+pub async fn explore(options: ExploreOptions) -> ExploreReport {
+    let mut world = World::new(options);
+    let steps = world.options.steps;
+    for _ in 0..steps {
+        world.step().await;
+        if let Some(violation) = world.check(world.report.steps, false) {
+            world.report.violation = Some(violation);
+            return world.finish();
+        }
+    }
+    let violation = world.quiesce().await;
+    world.report.violation = violation;
+    world.finish()
+}
+
+impl World {
+    fn new(options: ExploreOptions) -> World {
+        let clock = Arc::new(AtomicU64::new(START_MS));
+        let sched = Arc::new(Scheduler::default());
+        let table = Arc::new(InMemoryTable::new("jobs"));
+        let objects = InMemoryObjects::new();
+        let queue = Arc::new(RecordingQueue::default());
+        let broken = Arc::new(Mutex::new(Vec::new()));
+        let mut steps = StepRegistry::builtin();
+        steps.register(ExploreProbe {
+            table: table.clone(),
+            clock: clock.clone(),
+            broken: broken.clone(),
+        });
+        let recipes = serde_json::json!([{"name": "probe", "step": "explore-probe",
+            "version": 1, "params": {}}]);
+        let vars: BTreeMap<&str, String> = BTreeMap::from([
+            ("MEDIAONCE_TABLE", "jobs".to_string()),
+            ("MEDIAONCE_OUTPUT_BUCKET", OUT.to_string()),
+            ("MEDIAONCE_OUTPUT_PREFIX", OUTPUT_PREFIX.to_string()),
+            ("MEDIAONCE_RECIPES", recipes.to_string()),
+            ("MEDIAONCE_METRICS", "off".to_string()),
+            ("MEDIAONCE_CONCURRENCY", "2".to_string()),
+            ("MEDIAONCE_GC_GRACE_SECS", options.gc_grace_secs.to_string()),
+            // Every job keyed by its bytes' SHA-256 (S3's when the upload
+            // carried one, else computed), as the oracle keys them.
+            ("MEDIAONCE_IDENTITY", "content".to_string()),
+        ]);
+        let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps)
+            .expect("the explorer's configuration");
+        let recipe_hash = config.recipes[0].recipe_hash.clone();
+        let plan = Arc::new(FaultPlan::gated(sched.clone()));
+        let app = App::new(
+            config,
+            Ledger::new(FaultyTable::over(table.clone(), plan.clone()))
+                .with_retry(RetryPolicy::immediate()),
+            ObjectStore::new(FaultyObjects::new(objects.clone(), plan)),
+            Queue::new(queue.clone()),
+        )
+        .with_clock(VirtualClock(clock.clone()))
+        .with_seed(options.seed);
+        World {
+            rng: fastrand::Rng::with_seed(options.seed),
+            report: ExploreReport {
+                options: options.clone(),
+                steps: 0,
+                actions: BTreeMap::new(),
+                dead_letters: 0,
+                dead_letters_by_crashes: 0,
+                trace: String::new(),
+                log: Vec::new(),
+                violation: None,
+            },
+            options,
+            clock,
+            sched,
+            table,
+            objects,
+            queue,
+            app: Arc::new(app),
+            recipe_hash,
+            broken,
+            messages: Vec::new(),
+            inputs: BTreeMap::new(),
+            actors: BTreeMap::new(),
+            deadlines: BTreeMap::new(),
+            next_actor: 0,
+            next_message: 0,
+            receipts: 0,
+            last: BTreeMap::new(),
+            digest: 0xcbf2_9ce4_8422_2325,
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.load(Ordering::Relaxed)
+    }
+
+    /// Records an action of `actor` (0: the explorer's own).
+    fn act(&mut self, kind: &'static str, actor: u64, what: String) {
+        *self.report.actions.entry(kind).or_default() += 1;
+        self.report.steps += 1;
+        for byte in what.bytes().chain([b'\n']) {
+            self.digest = (self.digest ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.report
+            .log
+            .push(format!("{} {actor}: {what}", self.report.steps));
+        let last = self.last.entry(actor).or_default();
+        if last.len() == LAST_ACTIONS {
+            last.pop_front();
+        }
+        last.push_back(what);
+    }
+
+    /// One step: a choice among what can happen now.
+    async fn step(&mut self) {
+        self.settle().await;
+        let held = self.sched.held();
+        let visible = self
+            .messages
+            .iter()
+            .filter(|m| m.holder.is_none() && m.visible_at <= self.now())
+            .count();
+        // Weights: held calls most, so that runs make progress.
+        let choices: [(u32, u8); 6] = [
+            (if held.is_empty() { 0 } else { 12 }, 0),
+            (if visible > 0 { 3 } else { 0 }, 1),
+            (3, 2),
+            (1, 3),
+            (if self.actors.is_empty() { 0 } else { 1 }, 4),
+            (1, 5),
+        ];
+        let total: u32 = choices.iter().map(|(w, _)| w).sum();
+        let mut pick = self.rng.u32(0..total);
+        let choice = choices
+            .iter()
+            .find(|(w, _)| {
+                if pick < *w {
+                    true
+                } else {
+                    pick -= w;
+                    false
+                }
+            })
+            .map_or(2, |(_, c)| *c);
+        match choice {
+            0 => {
+                let (ticket, actor, call, key) = held[self.rng.usize(0..held.len())].clone();
+                self.sched.release(ticket);
+                self.act("release", actor, format!("{call:?} {key}"));
+            }
+            1 => self.invoke(),
+            2 => self.user(),
+            3 => self.sweep(),
+            4 => {
+                let actors: Vec<u64> = self.actors.keys().copied().collect();
+                let actor = actors[self.rng.usize(0..actors.len())];
+                self.crash(actor);
+            }
+            _ => {
+                let jump = [1_000, 30_000, 300_000, VISIBILITY_MS, 3_600_000][self.rng.usize(0..5)];
+                self.advance(jump);
+            }
+        }
+        self.settle().await;
+    }
+
+    /// Lets the runtime run until every actor waits at the gate or is
+    /// done; finished actors' results applied, the handler's sends queued.
+    async fn settle(&mut self) {
+        loop {
+            let before = self.sched.arrived();
+            for _ in 0..64 {
+                tokio::task::yield_now().await;
+            }
+            let finished: Vec<u64> = self
+                .actors
+                .iter()
+                .filter(|(_, a)| match a {
+                    Running::Invocation(h, _) => h.is_finished(),
+                    Running::Sweep(h) => h.is_finished(),
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            for id in &finished {
+                self.deadlines.remove(id);
+                match self.actors.remove(id) {
+                    Some(Running::Invocation(handle, started)) => {
+                        if let Ok(report) = handle.await {
+                            self.invoked(*id, started, &report);
+                        }
+                    }
+                    Some(Running::Sweep(handle)) => {
+                        let _ = handle.await;
+                    }
+                    None => {}
+                }
+            }
+            for (_, body) in self.queue.take_sent() {
+                self.enqueue(body, 0);
+            }
+            if finished.is_empty() && self.sched.arrived() == before {
+                return;
+            }
+        }
+    }
+
+    fn enqueue(&mut self, body: String, delay_ms: u64) {
+        self.next_message += 1;
+        self.messages.push(Message {
+            id: format!("m-{}", self.next_message),
+            body,
+            visible_at: self.now() + delay_ms,
+            receives: 0,
+            crashed: 0,
+            holder: None,
+        });
+    }
+
+    /// An invocation of the handler on up to three visible messages.
+    fn invoke(&mut self) {
+        self.next_actor += 1;
+        let actor = self.next_actor;
+        let now = self.now();
+        let mut picked: Vec<usize> = (0..self.messages.len())
+            .filter(|&i| self.messages[i].holder.is_none() && self.messages[i].visible_at <= now)
+            .collect();
+        self.rng.shuffle(&mut picked);
+        picked.truncate(1 + self.rng.usize(0..3));
+        let mut records = Vec::new();
+        let mut names = Vec::new();
+        for i in picked {
+            self.receipts += 1;
+            let receipt = format!("r-{}", self.receipts);
+            let message = &mut self.messages[i];
+            message.receives += 1;
+            message.visible_at = now + VISIBILITY_MS;
+            message.holder = Some((actor, receipt.clone()));
+            let mut sqs = SqsMessage::default();
+            sqs.message_id = Some(message.id.clone());
+            sqs.receipt_handle = Some(receipt);
+            sqs.body = Some(message.body.clone());
+            sqs.event_source_arn = Some(QUEUE_ARN.to_string());
+            sqs.attributes.insert(
+                "ApproximateReceiveCount".into(),
+                message.receives.to_string(),
+            );
+            names.push(format!("{} ({})", message.id, describe(&message.body)));
+            records.push(sqs);
+        }
+        let mut event = SqsEvent::default();
+        event.records = records;
+        let invocation = Invocation {
+            request_id: format!("inv-{actor}"),
+            deadline_ms: Some(now + FUNCTION_TIMEOUT_MS),
+            timeout_ms: Some(FUNCTION_TIMEOUT_MS),
+        };
+        let app = self.app.clone();
+        let handle = tokio::spawn(ACTOR.scope(actor, handle_batch(app, event, invocation)));
+        let started = self.report.steps;
+        self.actors
+            .insert(actor, Running::Invocation(handle, started));
+        self.deadlines.insert(actor, now + FUNCTION_TIMEOUT_MS);
+        self.act(
+            "invoke",
+            actor,
+            format!("invocation of {}", names.join(", ")),
+        );
+    }
+
+    /// A finished invocation: acknowledged messages deleted, the others
+    /// back after their delay or visibility, or to the dead-letter queue.
+    fn invoked(&mut self, actor: u64, started: u64, report: &BatchReport) {
+        let failed: Vec<String> = report
+            .response()
+            .batch_item_failures
+            .into_iter()
+            .map(|f| f.item_identifier)
+            .collect();
+        let now = self.now();
+        let mut acked = Vec::new();
+        let mut dead = 0;
+        let mut by_crashes = 0;
+        self.messages.retain_mut(|message| {
+            let Some((holder, receipt)) = &message.holder else {
+                return true;
+            };
+            if *holder != actor {
+                return true;
+            }
+            if !failed.contains(&message.id) {
+                acked.push(message.body.clone());
+                return false;
+            }
+            if message.receives >= MAX_RECEIVES {
+                dead += 1;
+                by_crashes += u64::from(message.crashed >= 3);
+                return false;
+            }
+            let delay = self
+                .queue
+                .delay_of(receipt)
+                .map(|s| s.max(0) as u64 * 1_000);
+            message.visible_at = now + delay.unwrap_or(VISIBILITY_MS);
+            message.holder = None;
+            true
+        });
+        self.report.dead_letters += dead;
+        self.report.dead_letters_by_crashes += by_crashes;
+        // A create acknowledged for the bytes a key holds, by an
+        // invocation that began after they were written (so every HEAD of
+        // it saw them): promised.
+        for body in acked {
+            for (key, object) in self.inputs.iter_mut() {
+                if started > object.written
+                    && body.contains(&format!("\"key\":\"{key}\""))
+                    && body.contains(&format!("\"eTag\":\"{}\"", object.etag))
+                {
+                    object.promised = true;
+                }
+            }
+        }
+        let outcomes: Vec<String> = report
+            .jobs()
+            .map(|j| {
+                let reason = j.reason.as_deref().unwrap_or("");
+                format!(
+                    "{} {}: {}",
+                    &j.job_key[..j.job_key.len().min(8)],
+                    j.outcome.as_str(),
+                    &reason[..reason.len().min(120)]
+                )
+            })
+            .collect();
+        self.act(
+            "done",
+            actor,
+            format!(
+                "finished: {} failed, {dead} dead-lettered [{}]",
+                failed.len(),
+                outcomes.join("; ")
+            ),
+        );
+    }
+
+    /// A user's upload (of one of a few contents, to one of a few keys)
+    /// or delete, and S3's notification (sometimes twice).
+    fn user(&mut self) {
+        let key = format!("k{}", self.rng.u32(0..self.options.keys));
+        let upload = !self.inputs.contains_key(&key) || self.rng.u32(0..10) < 6;
+        let body = if upload {
+            let content = self.rng.u32(0..self.options.contents);
+            let bytes = format!("content {content}").into_bytes();
+            let etag = self.objects.insert(BUCKET, &key, &bytes, self.rng.bool());
+            let etag = etag.trim_matches('"').to_string();
+            let written = self.report.steps;
+            self.inputs.insert(
+                key.clone(),
+                Object {
+                    content,
+                    etag: etag.clone(),
+                    written,
+                    promised: false,
+                },
+            );
+            self.act("upload", 0, format!("upload {key} content {content}"));
+            created_notification(BUCKET, &key, None, Some(&etag), Some(bytes.len() as u64))
+        } else {
+            self.objects.remove(BUCKET, &key);
+            self.inputs.remove(&key);
+            self.act("delete", 0, format!("delete {key}"));
+            removed_notification(BUCKET, &key, None)
+        };
+        let delay = self.rng.u64(0..2_000);
+        self.enqueue(body.clone(), delay);
+        if self.rng.u32(0..10) == 0 {
+            let again = delay + self.rng.u64(0..2_000);
+            self.enqueue(body, again);
+        }
+    }
+
+    fn sweep(&mut self) {
+        self.next_actor += 1;
+        let actor = self.next_actor;
+        let app = self.app.clone();
+        let handle = tokio::spawn(ACTOR.scope(actor, async move {
+            let _ = app.collect_due(false).await;
+        }));
+        self.actors.insert(actor, Running::Sweep(handle));
+        self.deadlines
+            .insert(actor, self.now() + FUNCTION_TIMEOUT_MS);
+        self.act("sweep", actor, "sweep".into());
+    }
+
+    /// The clock moves on by `ms`; an invocation whose deadline passes is
+    /// stopped there, as Lambda stops it (no run outlives its lease).
+    fn advance(&mut self, ms: u64) {
+        self.clock.fetch_add(ms, Ordering::Relaxed);
+        self.act("clock", 0, format!("clock +{ms} ms"));
+        let now = self.now();
+        let timed_out: Vec<u64> = self
+            .deadlines
+            .iter()
+            .filter(|(actor, deadline)| **deadline <= now && self.actors.contains_key(actor))
+            .map(|(actor, _)| *actor)
+            .collect();
+        for actor in timed_out {
+            self.crash(actor);
+        }
+    }
+
+    /// The actor's process dies at its next call: no call of it goes ahead;
+    /// its messages come back after their visibility.
+    fn crash(&mut self, actor: u64) {
+        self.sched.crash(actor);
+        self.actors.remove(&actor);
+        self.deadlines.remove(&actor);
+        for message in &mut self.messages {
+            if message.holder.as_ref().is_some_and(|(a, _)| *a == actor) {
+                message.holder = None;
+                message.crashed += 1;
+            }
+        }
+        self.act("crash", actor, "crashed".into());
+    }
+
+    /// The world as the invariants read it.
+    fn snapshot(
+        &self,
+    ) -> (
+        Vec<crate::ledger::JobRow>,
+        BTreeMap<String, Vec<u8>>,
+        Vec<LiveObject>,
+    ) {
+        let rows = self.table.job_rows();
+        let outputs: BTreeMap<String, Vec<u8>> = self
+            .objects
+            .keys(OUT, "")
+            .into_iter()
+            .filter_map(|key| Some((key.clone(), self.objects.bytes(OUT, &key)?)))
+            .collect();
+        let live = self
+            .inputs
+            .iter()
+            .map(|(key, object)| LiveObject {
+                key: key.clone(),
+                job_key: job_key(
+                    &sha256_hex(format!("content {}", object.content).as_bytes()),
+                    &self.recipe_hash,
+                ),
+                promised: object.promised,
+            })
+            .collect();
+        (rows, outputs, live)
+    }
+
+    fn check(&self, step: u64, quiescent: bool) -> Option<Violation> {
+        let (rows, outputs, live) = self.snapshot();
+        let snapshot = Snapshot {
+            rows: &rows,
+            outputs: &outputs,
+            live: &live,
+        };
+        let broken = self
+            .broken
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .first()
+            .cloned()
+            .map(|detail| ("no step runs without its claim", detail));
+        let result = match broken {
+            Some(broken) => Err(broken),
+            None if quiescent => check::at_quiescence(&snapshot),
+            None => check::every_step(&snapshot),
+        };
+        result.err().map(|(invariant, detail)| Violation {
+            step,
+            invariant,
+            detail,
+            last_actions: self
+                .last
+                .iter()
+                .map(|(actor, actions)| (*actor, actions.iter().cloned().collect()))
+                .collect(),
+        })
+    }
+
+    /// Every held call let go and every message handled (the clock moved
+    /// to each one's visibility), then past every lease and grace, two
+    /// sweeps; the invariants checked after each step and at the end.
+    async fn quiesce(&mut self) -> Option<Violation> {
+        for _ in 0..100_000 {
+            self.settle().await;
+            let held = self.sched.held();
+            if !held.is_empty() {
+                let (ticket, actor, call, key) = held[self.rng.usize(0..held.len())].clone();
+                self.sched.release(ticket);
+                self.act("release", actor, format!("{call:?} {key}"));
+            } else if !self.actors.is_empty() {
+                // Waiting on nothing the explorer holds: stuck.
+                let actors: Vec<u64> = self.actors.keys().copied().collect();
+                for actor in actors {
+                    self.crash(actor);
+                }
+            } else if self
+                .messages
+                .iter()
+                .any(|m| m.holder.is_none() && m.visible_at <= self.now())
+            {
+                self.invoke();
+            } else if let Some(next) = self.messages.iter().map(|m| m.visible_at).min() {
+                self.advance(next.saturating_sub(self.now()));
+            } else if self.report.actions.get("final sweep").copied().unwrap_or(0) < 2 {
+                // Past every lease, mark and grace: what nothing uses goes.
+                let jump = (self.options.gc_grace_secs + 3_600) * 1_000;
+                self.advance(jump);
+                *self.report.actions.entry("final sweep").or_default() += 1;
+                self.sweep();
+            } else {
+                break;
+            }
+            if let Some(violation) = self.check(self.report.steps, false) {
+                return Some(violation);
+            }
+        }
+        self.settle().await;
+        let dead = self.report.dead_letters - self.report.dead_letters_by_crashes;
+        if dead > 0 {
+            return Some(Violation {
+                step: self.report.steps,
+                invariant: "nothing is dead-lettered but by crashes",
+                detail: format!(
+                    "{dead} messages reached the dead-letter queue, fewer than 3 of their 5 receives ended in a crash"
+                ),
+                last_actions: BTreeMap::new(),
+            });
+        }
+        self.check(self.report.steps, true)
+    }
+
+    fn finish(self) -> ExploreReport {
+        let mut report = self.report;
+        report.trace = format!("{:016x}", self.digest);
+        report
+    }
+}
+
+/// A message, in a few words: what happened to which key.
+fn describe(body: &str) -> String {
+    let value: Value = serde_json::from_str(body).unwrap_or_default();
+    let record = &value["Records"][0];
+    let key = record["s3"]["object"]["key"]
+        .as_str()
+        .or(value["key"].as_str())
+        .unwrap_or("?");
+    let what = match record["eventName"].as_str() {
+        Some(name) if name.starts_with("ObjectCreated") => "create",
+        Some(name) if name.starts_with("ObjectRemoved") => "delete",
+        _ => value["mediaonce"].as_str().unwrap_or("other"),
+    };
+    let etag = record["s3"]["object"]["eTag"]
+        .as_str()
+        .or(value["eTag"].as_str())
+        .map(|e| format!(" {}", &e[..e.len().min(6)]))
+        .unwrap_or_default();
+    format!("{what} {key}{etag}")
+}
