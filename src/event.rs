@@ -371,6 +371,23 @@ pub fn removed_notification(bucket: &str, key: &str, version_id: Option<&str>) -
     .to_string()
 }
 
+/// The body of the notification S3 sends for a DELETE in a
+/// versioning-suspended bucket: the null version removed for good and a
+/// null delete marker put (`ObjectRemoved:DeleteMarkerCreated`).
+pub fn marker_notification(bucket: &str, key: &str) -> String {
+    serde_json::json!({"Records": [{
+        "eventVersion": "2.1",
+        "eventSource": "aws:s3",
+        "eventName": "ObjectRemoved:DeleteMarkerCreated",
+        "s3": {
+            "s3SchemaVersion": "1.0",
+            "bucket": {"name": bucket, "arn": format!("arn:aws:s3:::{bucket}")},
+            "object": {"key": encode_key(key), "versionId": "null"},
+        },
+    }]})
+    .to_string()
+}
+
 /// Decodes an object key as S3 writes it in events: form-style, so `+` is a
 /// space, then percent-decoding. A literal `+` arrives as `%2B`.
 pub fn decode_key(encoded: &str) -> Result<String, String> {

@@ -28,6 +28,8 @@ pub struct Snapshot<'a> {
     /// The output bucket: key → bytes.
     pub outputs: &'a BTreeMap<String, Vec<u8>>,
     pub live: &'a [LiveObject],
+    /// The failures after which a job is poisoned (failed for good).
+    pub max_attempts: u64,
 }
 
 /// An invariant broken: its name and what was found.
@@ -68,7 +70,8 @@ pub fn every_step(s: &Snapshot<'_>) -> Result<(), Broken> {
 /// At quiescence (every message handled, the clock past every lease and
 /// grace, the sweep run):
 /// 4a. no row is left `running` or `collecting`;
-/// 4b. every live version's job is `done` (with its files, as 2 says);
+/// 4b. every live version's job is `done` (with its files, as 2 says), or
+///     failed for good (its cap of failures spent, or its input at fault);
 /// 4c. nothing leaks: every row is a live version's job, and every output
 ///     belongs to a row.
 pub fn at_quiescence(s: &Snapshot<'_>) -> Result<(), Broken> {
@@ -87,9 +90,12 @@ pub fn at_quiescence(s: &Snapshot<'_>) -> Result<(), Broken> {
     for live in s.live {
         match rows.get(live.job_key.as_str()) {
             Some(row) if row.status == JobStatus::Done => {}
+            Some(row)
+                if row.status == JobStatus::Failed
+                    && (row.permanent || row.failures >= s.max_attempts) => {}
             other => {
                 return Err((
-                    "every live version's job is done",
+                    "every live version's job is done or failed for good",
                     format!(
                         "{} (job {}) has its job {}",
                         live.key,

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use super::check::{self, LiveObject, Snapshot, OUTPUT_PREFIX};
 use super::sched::{Scheduler, ACTOR};
 use crate::config::Config;
-use crate::event::{created_notification, removed_notification};
+use crate::event::{created_notification, marker_notification, removed_notification};
 use crate::faults::FaultPlan;
 use crate::handler::{handle_batch, App, BatchReport, Invocation};
 use crate::key::{job_key, sha256_hex};
@@ -54,6 +54,10 @@ pub struct ExploreOptions {
     pub contents: u32,
     /// The collection grace, in seconds (0: at once).
     pub gc_grace_secs: u64,
+    /// Versioning suspended on the input bucket: a delete removes the
+    /// null version for good and puts a null delete marker. `None`: the
+    /// seed chooses.
+    pub suspended: Option<bool>,
 }
 
 impl Default for ExploreOptions {
@@ -64,6 +68,7 @@ impl Default for ExploreOptions {
             keys: 4,
             contents: 3,
             gc_grace_secs: 0,
+            suspended: None,
         }
     }
 }
@@ -90,8 +95,10 @@ pub struct ExploreReport {
     pub dead_letters: u64,
     /// Of those, the ones whose receives mostly ended in crashes (three
     /// or more of the five): the crash budget spent, not the handler's
-    /// doing.
+    /// doing; and the ones whose job is poisoned (failed its cap of runs:
+    /// what the dead-letter queue is for).
     pub dead_letters_by_crashes: u64,
+    pub dead_letters_poisoned: u64,
     /// A digest of every action taken: the same seed, the same digest.
     pub trace: String,
     /// Every action, `step actor: what`, in order.
@@ -102,11 +109,13 @@ pub struct ExploreReport {
 
 /// `explore-probe`: a step that writes one file named by its job, and
 /// checks, as it starts, that its job's row holds a live claim (no step
-/// runs for a job another owner holds, or nobody does).
+/// runs for a job another owner holds, or nobody does). One run in eight
+/// fails, as a throttled PUT or a killed encoder would (retryable).
 struct ExploreProbe {
     table: Arc<InMemoryTable>,
     clock: Arc<AtomicU64>,
     broken: Arc<Mutex<Vec<String>>>,
+    rng: Arc<Mutex<fastrand::Rng>>,
 }
 
 #[async_trait::async_trait]
@@ -149,6 +158,9 @@ impl Step for ExploreProbe {
                         r.lease_until_ms
                     ))
                 ));
+        }
+        if self.rng.lock().unwrap_or_else(|p| p.into_inner()).u32(0..8) == 0 {
+            return Err(StepError::Failed("an injected transient failure".into()));
         }
         outputs
             .put_bytes(
@@ -209,6 +221,7 @@ struct World {
     queue: Arc<RecordingQueue>,
     app: Arc<App>,
     recipe_hash: String,
+    suspended: bool,
     broken: Arc<Mutex<Vec<String>>>,
     messages: Vec<Message>,
     inputs: BTreeMap<String, Object>,
@@ -253,6 +266,7 @@ impl World {
             table: table.clone(),
             clock: clock.clone(),
             broken: broken.clone(),
+            rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(options.seed ^ 0x9e37))),
         });
         let recipes = serde_json::json!([{"name": "probe", "step": "explore-probe",
             "version": 1, "params": {}}]);
@@ -281,14 +295,18 @@ impl World {
         )
         .with_clock(VirtualClock(clock.clone()))
         .with_seed(options.seed);
+        let mut rng = fastrand::Rng::with_seed(options.seed);
+        let suspended = options.suspended.unwrap_or_else(|| rng.bool());
         World {
-            rng: fastrand::Rng::with_seed(options.seed),
+            rng,
+            suspended,
             report: ExploreReport {
                 options: options.clone(),
                 steps: 0,
                 actions: BTreeMap::new(),
                 dead_letters: 0,
                 dead_letters_by_crashes: 0,
+                dead_letters_poisoned: 0,
                 trace: String::new(),
                 log: Vec::new(),
                 violation: None,
@@ -504,6 +522,17 @@ impl World {
         let mut acked = Vec::new();
         let mut dead = 0;
         let mut by_crashes = 0;
+        let mut poisoned_dead = 0;
+        let poisoned: Vec<&str> = report
+            .messages
+            .iter()
+            .filter(|m| {
+                m.jobs
+                    .iter()
+                    .any(|j| j.outcome == crate::handler::Outcome::Poisoned)
+            })
+            .map(|m| m.message_id.as_str())
+            .collect();
         self.messages.retain_mut(|message| {
             let Some((holder, receipt)) = &message.holder else {
                 return true;
@@ -517,7 +546,11 @@ impl World {
             }
             if message.receives >= MAX_RECEIVES {
                 dead += 1;
-                by_crashes += u64::from(message.crashed >= 3);
+                if poisoned.contains(&message.id.as_str()) {
+                    poisoned_dead += 1;
+                } else if message.crashed >= 3 {
+                    by_crashes += 1;
+                }
                 return false;
             }
             let delay = self
@@ -530,6 +563,7 @@ impl World {
         });
         self.report.dead_letters += dead;
         self.report.dead_letters_by_crashes += by_crashes;
+        self.report.dead_letters_poisoned += poisoned_dead;
         // A create acknowledged for the bytes a key holds, by an
         // invocation that began after they were written (so every HEAD of
         // it saw them): promised.
@@ -570,11 +604,24 @@ impl World {
     /// or delete, and S3's notification (sometimes twice).
     fn user(&mut self) {
         let key = format!("k{}", self.rng.u32(0..self.options.keys));
-        let upload = !self.inputs.contains_key(&key) || self.rng.u32(0..10) < 6;
+        let live = self.inputs.contains_key(&key);
+        if live && self.rng.u32(0..10) == 0 {
+            // A user's "reprocess" (or `backfill`): a create with no ETag.
+            self.act("reprocess", 0, format!("reprocess {key}"));
+            self.enqueue(created_notification(BUCKET, &key, None, None, None), 0);
+            return;
+        }
+        let upload = !live || self.rng.u32(0..10) < 6;
         let body = if upload {
             let content = self.rng.u32(0..self.options.contents);
             let bytes = format!("content {content}").into_bytes();
-            let etag = self.objects.insert(BUCKET, &key, &bytes, self.rng.bool());
+            let sha256 = self.rng.bool();
+            // Uploaded in parts: the same bytes, another ETag.
+            let etag = if self.rng.u32(0..4) == 0 {
+                self.objects.insert_multipart(BUCKET, &key, &bytes, sha256)
+            } else {
+                self.objects.insert(BUCKET, &key, &bytes, sha256)
+            };
             let etag = etag.trim_matches('"').to_string();
             let written = self.report.steps;
             self.inputs.insert(
@@ -588,6 +635,11 @@ impl World {
             );
             self.act("upload", 0, format!("upload {key} content {content}"));
             created_notification(BUCKET, &key, None, Some(&etag), Some(bytes.len() as u64))
+        } else if self.suspended {
+            self.objects.delete_suspended(BUCKET, &key);
+            self.inputs.remove(&key);
+            self.act("delete", 0, format!("delete {key} (null marker)"));
+            marker_notification(BUCKET, &key)
         } else {
             self.objects.remove(BUCKET, &key);
             self.inputs.remove(&key);
@@ -683,6 +735,7 @@ impl World {
             rows: &rows,
             outputs: &outputs,
             live: &live,
+            max_attempts: self.app.config.max_attempts,
         };
         let broken = self
             .broken
@@ -747,13 +800,16 @@ impl World {
             }
         }
         self.settle().await;
-        let dead = self.report.dead_letters - self.report.dead_letters_by_crashes;
+        let dead = self.report.dead_letters
+            - self.report.dead_letters_by_crashes
+            - self.report.dead_letters_poisoned;
         if dead > 0 {
             return Some(Violation {
                 step: self.report.steps,
-                invariant: "nothing is dead-lettered but by crashes",
+                invariant: "nothing is dead-lettered but by crashes or poison",
                 detail: format!(
-                    "{dead} messages reached the dead-letter queue, fewer than 3 of their 5 receives ended in a crash"
+                    "{dead} messages reached the dead-letter queue, their jobs not poisoned, \
+                     fewer than 3 of their 5 receives ended in a crash"
                 ),
                 last_actions: BTreeMap::new(),
             });

@@ -29,6 +29,10 @@ pub struct ExploreArgs {
     /// The collection grace, in seconds.
     #[arg(long, default_value_t = 0)]
     gc_grace_secs: u64,
+    /// The input bucket's versioning: unversioned, suspended, or (by
+    /// default) either, as the seed chooses.
+    #[arg(long, default_value = "either")]
+    bucket: String,
     /// Print each run's report as one JSON line.
     #[arg(long)]
     json: bool,
@@ -41,6 +45,16 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
     if args.keys == 0 || args.contents == 0 {
         return fail("explore: --keys and --contents must be at least 1".into());
     }
+    let suspended = match args.bucket.as_str() {
+        "either" => None,
+        "unversioned" => Some(false),
+        "suspended" => Some(true),
+        other => {
+            return fail(format!(
+                "explore: --bucket must be unversioned, suspended or either, not {other:?}"
+            ))
+        }
+    };
     let first = args.seed.unwrap_or_else(|| fastrand::u64(..));
     let started = Instant::now();
     let mut steps = 0;
@@ -51,6 +65,7 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
             keys: args.keys,
             contents: args.contents,
             gc_grace_secs: args.gc_grace_secs,
+            suspended,
         });
         steps += report.steps;
         if args.json {
