@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""The explorer's power, measured (issue 39): each known coordination
+defect re-introduced as a small patch to a copy of HEAD, and
+`mediaonce explore` run on fresh seeds against it. Prints a table: the
+defect, where it came from, whether a seed caught it, which seed, and
+after how many steps.
+
+    scripts/explore_mutations.py [--seeds 40] [--steps 300] [--first SEED]
+
+A defect the explorer misses names an actor or a choice its scheduler
+lacks. Builds share `target/mutations`, so only the patched crate is
+compiled again each time.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+# (name, where it came from, file, text, replacement)
+MUTATIONS = [
+    (
+        "the collector deletes what a version references",
+        "references issue (collector and adder)",
+        "src/handler/collect.rs",
+        "if row.free_mark.is_none() || row.deletes_started_at_ms.is_some() {",
+        "if row.free_mark.is_none() || row.deletes_started_at_ms.is_some() || true {",
+    ),
+    (
+        "a collection hands a job that never finished back as done",
+        "issue 37, defect 1",
+        "src/ledger/collection.rs",
+        "Some(status @ (JobStatus::Done | JobStatus::Running | JobStatus::Failed)) => status,",
+        "Some(JobStatus::Done | JobStatus::Running | JobStatus::Failed) => JobStatus::Done,",
+    ),
+    (
+        "the ETag is taken for the identity of the bytes",
+        "issue 37, defect 3",
+        "src/references.rs",
+        "(self.etag_md5 && other.etag_md5).then_some(false)",
+        "Some(false)",
+    ),
+    (
+        "a delete in a versioning-suspended bucket releases nothing",
+        "issue 37, defect 4",
+        "src/handler/record.rs",
+        "EventKind::DeleteMarker if version.is_unversioned() => {",
+        "EventKind::DeleteMarker if version.is_unversioned() && false => {",
+    ),
+    (
+        "a hint without the bytes releases jobs of bytes still held",
+        "references issue (stale delete hints)",
+        "src/references.rs",
+        ".is_none_or(|was| was.same_as(held) != Some(false));",
+        ".is_none_or(|_| false);",
+    ),
+    (
+        "a release marks nothing for the sweep",
+        "references issue (marks)",
+        "src/ledger/memory.rs",
+        "        row.free_mark = Some(nonce.to_string());",
+        "        let _ = nonce;",
+    ),
+    (
+        "a release keeps its reference items",
+        "references issue (items)",
+        "src/ledger/memory.rs",
+        "            refs.remove(&(job_key.clone(), row_key.clone()));",
+        "            let _ = (&refs, job_key);",
+    ),
+    (
+        "a stopped collection's job is given back as done",
+        "issue 37 (never done without its files)",
+        "src/ledger/mod.rs",
+        "        JobStatus::Collecting => Verdict::TakeOver,",
+        "        JobStatus::Collecting => Verdict::Done,",
+    ),
+    (
+        "a live lease is taken over",
+        "claims (leases)",
+        "src/ledger/mod.rs",
+        "JobStatus::Running if is_live(row.lease_until_ms, now_ms) => Verdict::Busy,",
+        "JobStatus::Running if is_live(row.lease_until_ms, now_ms) => Verdict::TakeOver,",
+    ),
+    (
+        "a mark's settle time is not waited for",
+        "references issue (marks racing releases)",
+        "src/handler/references.rs",
+        "pub const MARK_SETTLE_MS: u64 = 16 * 60 * 1000;",
+        "pub const MARK_SETTLE_MS: u64 = 0;",
+    ),
+    (
+        "a finish is not fenced by its owner",
+        "claims (fencing)",
+        "src/ledger/memory.rs",
+        "if row.owner != claim.owner || row.status != JobStatus::Running {",
+        "if row.status != JobStatus::Running {",
+    ),
+    (
+        "a failed run's job is given back as done",
+        "issue 37, defect 1 (the finish)",
+        "src/ledger/mod.rs",
+        "        JobStatus::Failed => Verdict::TakeOver,",
+        "        JobStatus::Failed => Verdict::Done,",
+    ),
+]
+
+
+def run(cmd, cwd, env=None, check=True):
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--first", type=int, default=None)
+    args = parser.parse_args()
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    first = args.first if args.first is not None else int.from_bytes(os.urandom(4), "big")
+    target = os.path.join(repo, "target", "mutations")
+    env = dict(os.environ, CARGO_TARGET_DIR=target)
+    work = tempfile.mkdtemp(prefix="explore-mutations-")
+    copy = os.path.join(work, "repo")
+    run(["git", "worktree", "add", "--detach", copy, "HEAD"], repo)
+    rows = []
+    try:
+        for name, origin, path, text, replacement in MUTATIONS:
+            file = os.path.join(copy, path)
+            original = open(file).read()
+            if original.count(text) != 1:
+                rows.append((name, origin, "patch does not apply", "", ""))
+                continue
+            open(file, "w").write(original.replace(text, replacement))
+            build = run(["cargo", "build", "-q", "--features", "testing", "--bin", "mediaonce"], copy, env, check=False)
+            if build.returncode != 0:
+                rows.append((name, origin, "does not build", "", ""))
+            else:
+                explore = run(
+                    [os.path.join(target, "debug", "mediaonce"), "explore", "--seed", str(first),
+                     "--seeds", str(args.seeds), "--steps", str(args.steps)],
+                    copy, env, check=False,
+                )
+                caught = re.search(r"seed (\d+) broke \"([^\"]+)\" at step (\d+)", explore.stderr)
+                if caught:
+                    rows.append((name, origin, f"caught: {caught.group(2)}", caught.group(1), caught.group(3)))
+                else:
+                    rows.append((name, origin, f"missed in {args.seeds} seeds", "", ""))
+            open(file, "w").write(original)
+            print(f"{name}: {rows[-1][2]}", file=sys.stderr, flush=True)
+    finally:
+        run(["git", "worktree", "remove", "--force", copy], repo, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"Seeds from {first}, {args.seeds} of {args.steps} steps each.\n")
+    print("| defect | from | result | seed | step |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    caught = sum(1 for row in rows if row[2].startswith("caught"))
+    print(f"\n{caught} of {len(rows)} caught.")
+
+
+if __name__ == "__main__":
+    main()
