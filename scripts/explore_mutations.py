@@ -96,8 +96,14 @@ MUTATIONS = [
         "a finish is not fenced by its owner",
         "claims (fencing)",
         "src/ledger/memory.rs",
-        "if row.owner != claim.owner || row.status != JobStatus::Running {",
-        "if row.status != JobStatus::Running {",
+        "        finish: Finish<'_>,\n        now_ms: u64,\n    ) -> Result<Conditional<()>, LedgerError> {\n"
+        "        let mut rows = self.rows();\n        let Some(row) = rows.get_mut(&claim.job_key) else {\n"
+        "            return Ok(Conditional::Rejected(None));\n        };\n"
+        "        if row.owner != claim.owner || row.status != JobStatus::Running {",
+        "        finish: Finish<'_>,\n        now_ms: u64,\n    ) -> Result<Conditional<()>, LedgerError> {\n"
+        "        let mut rows = self.rows();\n        let Some(row) = rows.get_mut(&claim.job_key) else {\n"
+        "            return Ok(Conditional::Rejected(None));\n        };\n"
+        "        if row.status != JobStatus::Running {",
     ),
     (
         "a failed run's job is given back as done",

@@ -1,7 +1,7 @@
 //! The explorer's invariants, over a snapshot of the world: the job rows,
 //! the output bucket and the live input objects. Pure.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::key::sha256_hex;
 use crate::ledger::{JobRow, JobStatus};
@@ -19,7 +19,12 @@ pub struct LiveObject {
     /// A create of these bytes was acknowledged since they were written:
     /// from then on their job's outputs are promised.
     pub promised: bool,
+    /// The content its bytes are (the world's own numbering).
+    pub content: u32,
 }
+
+/// The keys whose uploads keyed a job.
+pub type KeyedFrom = std::collections::BTreeSet<String>;
 
 /// The world, as the invariants read it.
 #[derive(Debug)]
@@ -28,6 +33,8 @@ pub struct Snapshot<'a> {
     /// The output bucket: key → bytes.
     pub outputs: &'a BTreeMap<String, Vec<u8>>,
     pub live: &'a [LiveObject],
+    /// Every job key the world's uploads keyed, and from what.
+    pub keyed: &'a BTreeMap<String, KeyedFrom>,
     /// The failures after which a job is poisoned (failed for good).
     pub max_attempts: u64,
 }
@@ -72,8 +79,10 @@ pub fn every_step(s: &Snapshot<'_>) -> Result<(), Broken> {
 /// 4a. no row is left `running` or `collecting`;
 /// 4b. every live version's job is `done` (with its files, as 2 says), or
 ///     failed for good (its cap of failures spent, or its input at fault);
-/// 4c. nothing leaks: every row is a live version's job, and every output
-///     belongs to a row.
+/// 4c. nothing leaks: every row is the job of an upload to a key that is
+///     live (a version keeps the jobs of bytes not proven other than its
+///     own, a leak bounded by its life: DESIGN.md, "References"; once the
+///     key is gone, so must they be), and every output belongs to a row.
 pub fn at_quiescence(s: &Snapshot<'_>) -> Result<(), Broken> {
     every_step(s)?;
     if let Some(row) = s
@@ -106,14 +115,19 @@ pub fn at_quiescence(s: &Snapshot<'_>) -> Result<(), Broken> {
             }
         }
     }
-    let wanted: BTreeSet<&str> = s.live.iter().map(|l| l.job_key.as_str()).collect();
-    if let Some(row) = s.rows.iter().find(|r| !wanted.contains(r.job_key.as_str())) {
+    let wanted = |job: &str| {
+        s.keyed
+            .get(job)
+            .is_some_and(|keys| s.live.iter().any(|l| keys.contains(&l.key)))
+    };
+    if let Some(row) = s.rows.iter().find(|r| !wanted(&r.job_key)) {
         return Err((
             "nothing leaks",
             format!(
-                "job {} ({}) is no live version's",
+                "job {} ({}) is of no bytes a live version holds (keyed from {:?})",
                 row.job_key,
-                row.status.as_str()
+                row.status.as_str(),
+                s.keyed.get(&row.job_key)
             ),
         ));
     }

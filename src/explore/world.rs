@@ -58,6 +58,11 @@ pub struct ExploreOptions {
     /// null version for good and puts a null delete marker. `None`: the
     /// seed chooses.
     pub suspended: Option<bool>,
+    /// Jobs keyed by content always (`MEDIAONCE_IDENTITY=content`), or as
+    /// `auto` keys them (an upload without S3's SHA-256 by its version
+    /// and ETag, so the same bytes uploaded in parts key another job).
+    /// `None`: the seed chooses.
+    pub by_content: Option<bool>,
 }
 
 impl Default for ExploreOptions {
@@ -69,6 +74,7 @@ impl Default for ExploreOptions {
             contents: 3,
             gc_grace_secs: 0,
             suspended: None,
+            by_content: None,
         }
     }
 }
@@ -116,6 +122,9 @@ struct ExploreProbe {
     clock: Arc<AtomicU64>,
     broken: Arc<Mutex<Vec<String>>>,
     rng: Arc<Mutex<fastrand::Rng>>,
+    /// Runs in progress, by job: each one's lease as its run began.
+    running: Mutex<BTreeMap<String, Vec<(u64, u64)>>>,
+    runs: AtomicU64,
 }
 
 #[async_trait::async_trait]
@@ -142,6 +151,45 @@ impl Step for ExploreProbe {
     ) -> Result<(), StepError> {
         let now = self.clock.load(Ordering::Relaxed);
         let row = self.table.get(context.job_key).await.ok().flatten();
+        // Another run of the job in progress whose lease still holds: two
+        // owners at once.
+        let run = self.runs.fetch_add(1, Ordering::Relaxed);
+        let lease = row.as_ref().map_or(0, |r| r.lease_until_ms);
+        {
+            let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+            let others = running.entry(context.job_key.to_string()).or_default();
+            if let Some((_, until)) = others.iter().find(|(_, until)| *until > now) {
+                self.broken
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(format!(
+                        "job {} began a run while another's lease held it until {until}",
+                        context.job_key
+                    ));
+            }
+            others.push((run, lease));
+        }
+        let result = self.run_once(context, outputs, now, row).await;
+        if let Some(others) = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(context.job_key)
+        {
+            others.retain(|(id, _)| *id != run);
+        }
+        result
+    }
+}
+
+impl ExploreProbe {
+    async fn run_once(
+        &self,
+        context: &StepContext<'_>,
+        outputs: &mut JobOutputs,
+        now: u64,
+        row: Option<crate::ledger::JobRow>,
+    ) -> Result<(), StepError> {
         let held = row
             .as_ref()
             .is_some_and(|r| r.status == JobStatus::Running && r.lease_until_ms > now);
@@ -197,6 +245,8 @@ struct Message {
 /// An input object as the users left it.
 #[derive(Debug, Clone)]
 struct Object {
+    /// The job its bytes key to, as the handler keys them.
+    job_key: String,
     content: u32,
     etag: String,
     /// When it was written (the explorer's action count).
@@ -222,9 +272,12 @@ struct World {
     app: Arc<App>,
     recipe_hash: String,
     suspended: bool,
+    by_content: bool,
     broken: Arc<Mutex<Vec<String>>>,
     messages: Vec<Message>,
     inputs: BTreeMap<String, Object>,
+    /// Every job key an upload keyed, and from what.
+    keyed: BTreeMap<String, check::KeyedFrom>,
     actors: BTreeMap<u64, Running>,
     /// Each running actor's invocation deadline: Lambda stops it there.
     deadlines: BTreeMap<u64, u64>,
@@ -255,6 +308,9 @@ pub async fn explore(options: ExploreOptions) -> ExploreReport {
 
 impl World {
     fn new(options: ExploreOptions) -> World {
+        let mut rng = fastrand::Rng::with_seed(options.seed);
+        let suspended = options.suspended.unwrap_or_else(|| rng.bool());
+        let by_content = options.by_content.unwrap_or_else(|| rng.bool());
         let clock = Arc::new(AtomicU64::new(START_MS));
         let sched = Arc::new(Scheduler::default());
         let table = Arc::new(InMemoryTable::new("jobs"));
@@ -267,6 +323,8 @@ impl World {
             clock: clock.clone(),
             broken: broken.clone(),
             rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(options.seed ^ 0x9e37))),
+            running: Mutex::default(),
+            runs: AtomicU64::new(0),
         });
         let recipes = serde_json::json!([{"name": "probe", "step": "explore-probe",
             "version": 1, "params": {}}]);
@@ -278,9 +336,11 @@ impl World {
             ("MEDIAONCE_METRICS", "off".to_string()),
             ("MEDIAONCE_CONCURRENCY", "2".to_string()),
             ("MEDIAONCE_GC_GRACE_SECS", options.gc_grace_secs.to_string()),
-            // Every job keyed by its bytes' SHA-256 (S3's when the upload
-            // carried one, else computed), as the oracle keys them.
-            ("MEDIAONCE_IDENTITY", "content".to_string()),
+            // Keyed by content always, or as `auto` keys them.
+            (
+                "MEDIAONCE_IDENTITY",
+                if by_content { "content" } else { "auto" }.to_string(),
+            ),
         ]);
         let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps)
             .expect("the explorer's configuration");
@@ -295,11 +355,10 @@ impl World {
         )
         .with_clock(VirtualClock(clock.clone()))
         .with_seed(options.seed);
-        let mut rng = fastrand::Rng::with_seed(options.seed);
-        let suspended = options.suspended.unwrap_or_else(|| rng.bool());
         World {
             rng,
             suspended,
+            by_content,
             report: ExploreReport {
                 options: options.clone(),
                 steps: 0,
@@ -322,6 +381,7 @@ impl World {
             broken,
             messages: Vec::new(),
             inputs: BTreeMap::new(),
+            keyed: BTreeMap::new(),
             actors: BTreeMap::new(),
             deadlines: BTreeMap::new(),
             next_actor: 0,
@@ -624,9 +684,32 @@ impl World {
             };
             let etag = etag.trim_matches('"').to_string();
             let written = self.report.steps;
+
+            // What the handler keys the bytes by: their SHA-256 when S3
+            // has it or the identity is by content, else (`auto`, read by
+            // ranges) the version and ETag.
+            let input_hash = if self.by_content || sha256 {
+                sha256_hex(&bytes)
+            } else {
+                let object = crate::store::ObjectRef {
+                    bucket: BUCKET.into(),
+                    key: key.clone(),
+                    version_id: None,
+                    if_match: None,
+                };
+                use crate::store::ObjectClient;
+                use futures::FutureExt;
+                match self.objects.head_object(&object).now_or_never() {
+                    Some(Ok(Some(head))) => crate::fingerprint::version_etag(&head).input_hash,
+                    _ => sha256_hex(&bytes),
+                }
+            };
+            let keyed = job_key(&input_hash, &self.recipe_hash);
+            self.keyed.entry(keyed).or_default().insert(key.clone());
             self.inputs.insert(
                 key.clone(),
                 Object {
+                    job_key: job_key(&input_hash, &self.recipe_hash),
                     content,
                     etag: etag.clone(),
                     written,
@@ -719,11 +802,9 @@ impl World {
             .iter()
             .map(|(key, object)| LiveObject {
                 key: key.clone(),
-                job_key: job_key(
-                    &sha256_hex(format!("content {}", object.content).as_bytes()),
-                    &self.recipe_hash,
-                ),
+                job_key: object.job_key.clone(),
                 promised: object.promised,
+                content: object.content,
             })
             .collect();
         (rows, outputs, live)
@@ -735,6 +816,7 @@ impl World {
             rows: &rows,
             outputs: &outputs,
             live: &live,
+            keyed: &self.keyed,
             max_attempts: self.app.config.max_attempts,
         };
         let broken = self

@@ -66,6 +66,7 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
             contents: args.contents,
             gc_grace_secs: args.gc_grace_secs,
             suspended,
+            by_content: None,
         });
         steps += report.steps;
         if args.json {
