@@ -247,7 +247,7 @@ struct Message {
 struct Object {
     /// The job its bytes key to, as the handler keys them.
     job_key: String,
-    content: u32,
+    upload: check::Upload,
     etag: String,
     /// When it was written (the explorer's action count).
     written: u64,
@@ -677,7 +677,13 @@ impl World {
             let bytes = format!("content {content}").into_bytes();
             let sha256 = self.rng.bool();
             // Uploaded in parts: the same bytes, another ETag.
-            let etag = if self.rng.u32(0..4) == 0 {
+            let multipart = self.rng.u32(0..4) == 0;
+            let upload = check::Upload {
+                content,
+                sha256,
+                multipart,
+            };
+            let etag = if multipart {
                 self.objects.insert_multipart(BUCKET, &key, &bytes, sha256)
             } else {
                 self.objects.insert(BUCKET, &key, &bytes, sha256)
@@ -705,12 +711,15 @@ impl World {
                 }
             };
             let keyed = job_key(&input_hash, &self.recipe_hash);
-            self.keyed.entry(keyed).or_default().insert(key.clone());
+            self.keyed
+                .entry(keyed)
+                .or_default()
+                .insert((key.clone(), upload));
             self.inputs.insert(
                 key.clone(),
                 Object {
                     job_key: job_key(&input_hash, &self.recipe_hash),
-                    content,
+                    upload,
                     etag: etag.clone(),
                     written,
                     promised: false,
@@ -804,7 +813,7 @@ impl World {
                 key: key.clone(),
                 job_key: object.job_key.clone(),
                 promised: object.promised,
-                content: object.content,
+                upload: object.upload,
             })
             .collect();
         (rows, outputs, live)
