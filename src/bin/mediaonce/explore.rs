@@ -39,6 +39,9 @@ pub struct ExploreArgs {
     /// Print every action of a run that breaks an invariant.
     #[arg(long)]
     trace: bool,
+    /// Go on past a seed that breaks an invariant (each is printed).
+    #[arg(long)]
+    keep_going: bool,
 }
 
 pub fn run_seeds(args: ExploreArgs) -> ExitCode {
@@ -58,6 +61,7 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
     let first = args.seed.unwrap_or_else(|| fastrand::u64(..));
     let started = Instant::now();
     let mut steps = 0;
+    let mut broken = 0;
     for seed in (0..args.seeds).map(|n| first.wrapping_add(n)) {
         let report = run(ExploreOptions {
             seed,
@@ -97,7 +101,10 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
             for (actor, actions) in &violation.last_actions {
                 eprintln!("  actor {actor}: {}", actions.join(" | "));
             }
-            return ExitCode::FAILURE;
+            broken += 1;
+            if !args.keep_going {
+                return ExitCode::FAILURE;
+            }
         }
     }
     let seconds = started.elapsed().as_secs_f64();
@@ -106,5 +113,8 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
         args.seeds,
         steps as f64 / seconds.max(1e-9)
     );
+    if broken > 0 {
+        return ExitCode::FAILURE;
+    }
     ExitCode::SUCCESS
 }
