@@ -19,33 +19,12 @@ pub struct LiveObject {
     /// A create of these bytes was acknowledged since they were written:
     /// from then on their job's outputs are promised.
     pub promised: bool,
-    /// Its upload ([`Upload`]).
-    pub upload: Upload,
-}
-
-/// An upload to a key, as far as S3 tells its bytes apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Upload {
-    /// The content (the world's own numbering).
+    /// The content its bytes are (the world's own numbering).
     pub content: u32,
-    /// It carried a SHA-256, which S3 keeps.
-    pub sha256: bool,
-    /// In parts: its ETag is not the MD5 of its bytes.
-    pub multipart: bool,
 }
 
-impl Upload {
-    /// Whether S3 proves `other` other bytes than these: both SHA-256s,
-    /// or both ETags MD5s, and they differ (the oracle's own statement,
-    /// not the handler's).
-    pub fn proven_other(&self, other: &Upload) -> bool {
-        self.content != other.content
-            && ((self.sha256 && other.sha256) || (!self.multipart && !other.multipart))
-    }
-}
-
-/// The uploads that keyed a job: each key's, and what it held.
-pub type KeyedFrom = std::collections::BTreeSet<(String, Upload)>;
+/// The keys whose uploads keyed a job.
+pub type KeyedFrom = std::collections::BTreeSet<String>;
 
 /// The world, as the invariants read it.
 #[derive(Debug)]
@@ -100,11 +79,10 @@ pub fn every_step(s: &Snapshot<'_>) -> Result<(), Broken> {
 /// 4a. no row is left `running` or `collecting`;
 /// 4b. every live version's job is `done` (with its files, as 2 says), or
 ///     failed for good (its cap of failures spent, or its input at fault);
-/// 4c. nothing leaks: every row is the job of an upload to a key that
-///     still holds those bytes, or bytes S3 does not prove other (a
-///     version keeps the jobs of bytes not proven other than its own, a
-///     leak bounded by its life: DESIGN.md, "References"), and every
-///     output belongs to a row.
+/// 4c. nothing leaks: every row is the job of an upload to a key that is
+///     live (a version keeps the jobs of bytes not proven other than its
+///     own, a leak bounded by its life: DESIGN.md, "References"; once the
+///     key is gone, so must they be), and every output belongs to a row.
 pub fn at_quiescence(s: &Snapshot<'_>) -> Result<(), Broken> {
     every_step(s)?;
     if let Some(row) = s
@@ -138,13 +116,9 @@ pub fn at_quiescence(s: &Snapshot<'_>) -> Result<(), Broken> {
         }
     }
     let wanted = |job: &str| {
-        s.keyed.get(job).is_some_and(|uploads| {
-            uploads.iter().any(|(key, upload)| {
-                s.live
-                    .iter()
-                    .any(|l| l.key == *key && !upload.proven_other(&l.upload))
-            })
-        })
+        s.keyed
+            .get(job)
+            .is_some_and(|keys| s.live.iter().any(|l| keys.contains(&l.key)))
     };
     if let Some(row) = s.rows.iter().find(|r| !wanted(&r.job_key)) {
         return Err((

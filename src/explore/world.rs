@@ -247,7 +247,7 @@ struct Message {
 struct Object {
     /// The job its bytes key to, as the handler keys them.
     job_key: String,
-    upload: check::Upload,
+    content: u32,
     etag: String,
     /// When it was written (the explorer's action count).
     written: u64,
@@ -677,13 +677,7 @@ impl World {
             let bytes = format!("content {content}").into_bytes();
             let sha256 = self.rng.bool();
             // Uploaded in parts: the same bytes, another ETag.
-            let multipart = self.rng.u32(0..4) == 0;
-            let upload = check::Upload {
-                content,
-                sha256,
-                multipart,
-            };
-            let etag = if multipart {
+            let etag = if self.rng.u32(0..4) == 0 {
                 self.objects.insert_multipart(BUCKET, &key, &bytes, sha256)
             } else {
                 self.objects.insert(BUCKET, &key, &bytes, sha256)
@@ -711,15 +705,12 @@ impl World {
                 }
             };
             let keyed = job_key(&input_hash, &self.recipe_hash);
-            self.keyed
-                .entry(keyed)
-                .or_default()
-                .insert((key.clone(), upload));
+            self.keyed.entry(keyed).or_default().insert(key.clone());
             self.inputs.insert(
                 key.clone(),
                 Object {
                     job_key: job_key(&input_hash, &self.recipe_hash),
-                    upload,
+                    content,
                     etag: etag.clone(),
                     written,
                     promised: false,
@@ -813,7 +804,7 @@ impl World {
                 key: key.clone(),
                 job_key: object.job_key.clone(),
                 promised: object.promised,
-                upload: object.upload,
+                content: object.content,
             })
             .collect();
         (rows, outputs, live)
