@@ -521,3 +521,56 @@ async fn a_handed_on_recipe_removed_since_is_named_in_the_event() {
     );
     assert_eq!(old["error"]["class"], "configuration");
 }
+
+/// Issue 38, case 4: a version handed on (a split's end, a pipeline's
+/// walk) while a collection holds its job comes back when the
+/// collector's lease ends, not seconds later: a long hold would otherwise
+/// spend the queue's receives and dead-letter the hand-on.
+#[tokio::test]
+async fn a_hand_on_meeting_a_collection_comes_back_when_the_collectors_lease_ends() {
+    let f = fixture();
+    let etag = f.objects.insert("in", "v.mp4", b"video", true);
+    let rule = &f.app.config.recipes[0];
+    let key = job_key(&sha256_hex(b"video"), &rule.recipe_hash);
+    let now = f.app.now_ms();
+    let table = InMemoryTable::new("jobs");
+    table.insert(JobRow {
+        status: JobStatus::Collecting,
+        collected_from: Some(JobStatus::Done),
+        ..JobRow::claimed(&crate::ledger::ClaimRequest {
+            job_key: key.clone(),
+            step: rule.recipe.step.clone(),
+            input_hash: sha256_hex(b"video"),
+            output_prefix: f.app.config.output_location(&key),
+            owner: "collector/1".into(),
+            lease_until_ms: now + 300_000,
+            now_ms: now,
+            max_attempts: 3,
+        })
+    });
+    let app = Arc::new(App::new(
+        f.app.config.clone(),
+        Ledger::new(table),
+        ObjectStore::new(f.objects.clone()),
+        Queue::new(f.queue.clone()),
+    ));
+    let hand_on = crate::pipeline::HandOn::new(
+        "in",
+        "v.mp4",
+        None,
+        etag.trim_matches('"'),
+        5,
+        vec![rule.name.clone()],
+        1,
+    );
+    let mut m = SqsMessage::default();
+    m.message_id = Some("h".into());
+    m.receipt_handle = Some("receipt-h".into());
+    m.body = Some(hand_on.to_body());
+    m.event_source_arn = Some(ARN.into());
+    let report = handle(&app, vec![m]).await;
+    assert_eq!(report.jobs().next().unwrap().outcome, Outcome::Busy, "{report:?}");
+    assert_eq!(report.response().batch_item_failures.len(), 1);
+    let delay = f.queue.delay_of("receipt-h").expect("a busy delay");
+    assert!(delay >= 300, "back after the collector's lease, not in {delay} s");
+}
