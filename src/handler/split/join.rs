@@ -4,7 +4,7 @@
 
 use futures::{StreamExt, TryStreamExt};
 
-use super::{claim_of, errors, own_row, Answer};
+use super::{claim_of, errors, is_own, Answer};
 use crate::config::split_s3_location;
 use crate::handler::job::execution::chunk_keys;
 use crate::handler::job::finish;
@@ -21,13 +21,14 @@ const READS_AT_ONCE: usize = 16;
 /// The join task: every chunk done, their segments copied into the
 /// package, its playlists and manifest written, the job finished.
 pub(super) async fn join(app: &App, task: &SplitTask) -> Result<Answer, String> {
-    let Some(row) = own_row(app, &task.job.key, &task.execution).await? else {
-        let row = app.ledger.get(&task.job.key).await.map_err(|e| e.to_string())?;
-        if row.is_some_and(|row| row.status == JobStatus::Done) {
-            return Ok(Ok(()));
+    let row = match app.ledger.get(&task.job.key).await.map_err(|e| e.to_string())? {
+        Some(row) if is_own(&row, &task.execution) => row,
+        // Done already: this join's, before its answer was lost.
+        Some(row) if row.status == JobStatus::Done => return Ok(Ok(())),
+        _ => {
+            let cause = format!("job {} is no longer this execution's", task.job.key);
+            return Ok(Err((errors::SUPERSEDED, cause)));
         }
-        let cause = format!("job {} is no longer this execution's", task.job.key);
-        return Ok(Err((errors::SUPERSEDED, cause)));
     };
     let package = task.job.package_recipe()?;
     let keys = chunk_keys(&task.job.input_hash, &package, task.spans());

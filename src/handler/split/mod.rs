@@ -165,9 +165,12 @@ pub(super) async fn own_row(
     execution: &str,
 ) -> Result<Option<JobRow>, String> {
     let row = app.ledger.get(job_key).await.map_err(|e| e.to_string())?;
-    Ok(row.filter(|row| {
-        row.status == JobStatus::Running && row.execution.as_deref() == Some(execution)
-    }))
+    Ok(row.filter(|row| is_own(row, execution)))
+}
+
+/// Whether `row` is `execution`'s: `running`, its `split_execution` that.
+pub(super) fn is_own(row: &JobRow, execution: &str) -> bool {
+    row.status == JobStatus::Running && row.execution.as_deref() == Some(execution)
 }
 
 /// The claim the execution finishes the job with: its claimant's.
