@@ -19,11 +19,11 @@ use crate::event::{created_notification, marker_notification, removed_notificati
 use crate::faults::FaultPlan;
 use crate::handler::{handle_batch, App, BatchReport, Invocation};
 use crate::key::{job_key, sha256_hex};
-use crate::lease::Clock;
 use crate::ledger::faults::FaultyTable;
 use crate::ledger::memory::InMemoryTable;
 use crate::ledger::{JobStatus, Ledger, LedgerTable, RetryPolicy};
 use crate::queue::{Queue, RecordingQueue};
+use crate::simulate::VirtualClock;
 use crate::step::{InputUse, JobOutputs, Step, StepContext, StepError};
 use crate::steps::StepRegistry;
 use crate::store::faults::FaultyObjects;
@@ -217,15 +217,6 @@ impl ExploreProbe {
                 context.job_key.as_bytes().to_vec(),
             )
             .await
-    }
-}
-
-#[derive(Debug, Clone)]
-struct VirtualClock(Arc<AtomicU64>);
-
-impl Clock for VirtualClock {
-    fn now_ms(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
     }
 }
 

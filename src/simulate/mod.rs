@@ -212,9 +212,10 @@ impl Step for CountedRun {
     }
 }
 
-/// The virtual clock.
+/// The virtual clock: the simulated month's, and the explorer's
+/// (`crate::explore`), moved on by whoever holds the counter.
 #[derive(Debug, Clone, Default)]
-struct VirtualClock(Arc<AtomicU64>);
+pub(crate) struct VirtualClock(pub(crate) Arc<AtomicU64>);
 
 impl Clock for VirtualClock {
     fn now_ms(&self) -> u64 {
