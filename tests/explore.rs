@@ -32,6 +32,32 @@ fn the_same_seed_replays_the_same_run() {
     assert_ne!(run(options(8)).trace, first.trace);
 }
 
+/// A replay is another process: nothing may hang on the host's speed or
+/// a process's random state (a timer the runtime fires when it turns, a
+/// hash map's order). Every seed's every action, twice, compared.
+#[test]
+fn the_same_seeds_replay_in_another_process() {
+    let trace = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mediaonce"))
+            .args([
+                "explore", "--seed", "100", "--seeds", "12", "--steps", "300",
+            ])
+            .args(["--keep-going", "--trace"])
+            .output()
+            .expect("mediaonce explore runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        // The timing line differs, every action must not.
+        text.lines()
+            .filter(|line| !line.contains(" steps/s)"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let first = trace();
+    assert!(first.len() > 12 * 300, "every action printed");
+    assert_eq!(first, trace());
+}
+
 #[test]
 fn every_invariant_holds_on_regression_and_fresh_seeds() {
     let fresh: u64 = std::env::var("EXPLORE_SEEDS")

@@ -14,11 +14,17 @@ pub const OUTPUT_PREFIX: &str = "derived/";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveObject {
     pub key: String,
-    /// The job its bytes key to under the recipe in force.
-    pub job_key: String,
+    /// The jobs its bytes key to under the recipes in force: the root
+    /// recipe's, then the chained one's (keyed by the SHA-256 of the
+    /// root's output).
+    pub jobs: Vec<String>,
     /// A create of these bytes was acknowledged since they were written:
-    /// from then on their job's outputs are promised.
+    /// from then on their jobs' outputs are promised (the chained job's,
+    /// its reference written before the create is acknowledged, from the
+    /// moment it is `done`).
     pub promised: bool,
+    /// Its chained job was seen `done` since it was promised.
+    pub chained_done: bool,
     /// The content its bytes are (the world's own numbering).
     pub content: u32,
 }
@@ -46,29 +52,33 @@ pub type Broken = (&'static str, String);
 /// 2. a row `done` has its manifest, and every file it lists exists with
 ///    its size and SHA-256;
 /// 1. no output of a job is deleted while a live version whose create was
-///    acknowledged keys to it: its row exists, is not deleting, and when
-///    done has its files (2).
+///    acknowledged keys to it: its root job's row exists (and its chained
+///    job's, once done), neither is deleting, and when done each has its
+///    files (2).
 pub fn every_step(s: &Snapshot<'_>) -> Result<(), Broken> {
     for row in s.rows.iter().filter(|r| r.status == JobStatus::Done) {
         files_of(s, &row.job_key).map_err(|e| ("a done job has its files", e))?;
     }
     let rows: BTreeMap<&str, &JobRow> = s.rows.iter().map(|r| (r.job_key.as_str(), r)).collect();
     for live in s.live.iter().filter(|l| l.promised) {
-        let broken = |what: String| {
-            Err((
-                "no output a live version was promised is deleted",
-                format!("{} (job {}): {what}", live.key, live.job_key),
-            ))
-        };
-        match rows.get(live.job_key.as_str()) {
-            None => return broken("its job has no row".into()),
-            Some(row) if row.deletes_started_at_ms.is_some() => {
-                return broken(format!(
-                    "its job is {} with deletes started",
-                    row.status.as_str()
+        for (stage, job) in live.jobs.iter().enumerate() {
+            let broken = |what: String| {
+                Err((
+                    "no output a live version was promised is deleted",
+                    format!("{} (job {job}, stage {stage}): {what}", live.key),
                 ))
+            };
+            let must_exist = stage == 0 || live.chained_done;
+            match rows.get(job.as_str()) {
+                None if must_exist => return broken("its job has no row".into()),
+                Some(row) if row.deletes_started_at_ms.is_some() => {
+                    return broken(format!(
+                        "its job is {} with deletes started",
+                        row.status.as_str()
+                    ))
+                }
+                _ => {}
             }
-            _ => {}
         }
     }
     Ok(())
@@ -97,21 +107,27 @@ pub fn at_quiescence(s: &Snapshot<'_>) -> Result<(), Broken> {
     }
     let rows: BTreeMap<&str, &JobRow> = s.rows.iter().map(|r| (r.job_key.as_str(), r)).collect();
     for live in s.live {
-        match rows.get(live.job_key.as_str()) {
-            Some(row) if row.status == JobStatus::Done => {}
-            Some(row)
-                if row.status == JobStatus::Failed
-                    && (row.permanent || row.failures >= s.max_attempts) => {}
-            other => {
-                return Err((
-                    "every live version's job is done or failed for good",
-                    format!(
-                        "{} (job {}) has its job {}",
-                        live.key,
-                        live.job_key,
-                        other.map_or("missing", |r| r.status.as_str())
-                    ),
-                ))
+        // A pipeline ends at its first job failed for good: the jobs after
+        // it are never keyed.
+        for job in &live.jobs {
+            match rows.get(job.as_str()) {
+                Some(row) if row.status == JobStatus::Done => {}
+                Some(row)
+                    if row.status == JobStatus::Failed
+                        && (row.permanent || row.failures >= s.max_attempts) =>
+                {
+                    break
+                }
+                other => {
+                    return Err((
+                        "every live version's pipeline is done or failed for good",
+                        format!(
+                            "{} has its job {job} {}",
+                            live.key,
+                            other.map_or("missing", |r| r.status.as_str())
+                        ),
+                    ))
+                }
             }
         }
     }

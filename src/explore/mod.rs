@@ -10,6 +10,7 @@
 //! same run.
 
 pub mod check;
+mod probe;
 pub mod sched;
 mod world;
 
@@ -18,8 +19,12 @@ pub use world::{explore, ExploreOptions, ExploreReport, Violation};
 /// Runs one exploration on a runtime of its own, on this thread (every
 /// actor a task of it): the same options, the same run.
 pub fn run(options: ExploreOptions) -> ExploreReport {
+    // Paused: tokio's clock moves only when every task waits on a timer,
+    // which the explorer never lets happen, so no timeout or sleep of the
+    // handler depends on how fast the host runs.
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .start_paused(true)
         .build()
         .expect("a current-thread runtime")
         .block_on(explore(options))

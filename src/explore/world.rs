@@ -5,14 +5,15 @@
 //! delete, start a sweep, crash an actor, or move the clock.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use super::check::{self, LiveObject, Snapshot, OUTPUT_PREFIX};
+use super::probe::{ExploreProbe, SkewedClock, INJECTED_FAILURE};
 use super::sched::{Scheduler, ACTOR};
 use crate::config::Config;
 use crate::event::{created_notification, marker_notification, removed_notification};
@@ -21,10 +22,8 @@ use crate::handler::{handle_batch, App, BatchReport, Invocation};
 use crate::key::{job_key, sha256_hex};
 use crate::ledger::faults::FaultyTable;
 use crate::ledger::memory::InMemoryTable;
-use crate::ledger::{JobStatus, Ledger, LedgerTable, RetryPolicy};
+use crate::ledger::{JobStatus, Ledger, RetryPolicy};
 use crate::queue::{Queue, RecordingQueue};
-use crate::simulate::VirtualClock;
-use crate::step::{InputUse, JobOutputs, Step, StepContext, StepError};
 use crate::steps::StepRegistry;
 use crate::store::faults::FaultyObjects;
 use crate::store::memory::InMemoryObjects;
@@ -39,6 +38,9 @@ const FUNCTION_TIMEOUT_MS: u64 = 120_000;
 const VISIBILITY_MS: u64 = 720_000;
 const MAX_RECEIVES: u32 = 5;
 const START_MS: u64 = 1_800_000_000_000;
+/// The skew DESIGN.md allows between any two workers' clocks: the lease
+/// margin (`MEDIAONCE_LEASE_MARGIN_SECS`' default).
+const SKEW_MS: i64 = 10_000;
 /// How many of an actor's last actions a report shows.
 const LAST_ACTIONS: usize = 8;
 
@@ -63,6 +65,19 @@ pub struct ExploreOptions {
     /// and ETag, so the same bytes uploaded in parts key another job).
     /// `None`: the seed chooses.
     pub by_content: Option<bool>,
+    /// A chained recipe after the root one (a pipeline of two jobs, the
+    /// second keyed by the SHA-256 of the first's output). `None`: the
+    /// seed chooses.
+    pub chained: Option<bool>,
+    /// Quiescence begins with the users deleting every key, so that
+    /// nothing may be left (no live version keeps a leak). `None`: the
+    /// seed chooses.
+    pub teardown: Option<bool>,
+    /// Some workers' clocks ahead by more than the skew DESIGN.md allows
+    /// (they take jobs over while their holders run: duplicate work, never
+    /// a wrong output). Otherwise every clock is within it. `None`: the
+    /// seed chooses.
+    pub skew_beyond_margin: Option<bool>,
 }
 
 impl Default for ExploreOptions {
@@ -75,6 +90,9 @@ impl Default for ExploreOptions {
             gc_grace_secs: 0,
             suspended: None,
             by_content: None,
+            chained: None,
+            teardown: None,
+            skew_beyond_margin: None,
         }
     }
 }
@@ -94,16 +112,19 @@ pub struct Violation {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ExploreReport {
     pub options: ExploreOptions,
+    /// What the seed chose of what the options left open.
+    pub world: BTreeMap<&'static str, bool>,
     /// Steps taken, quiescence's included.
     pub steps: u64,
     /// Steps by kind of action.
     pub actions: BTreeMap<&'static str, u64>,
     pub dead_letters: u64,
-    /// Of those, the ones whose receives mostly ended in crashes (three
-    /// or more of the five): the crash budget spent, not the handler's
-    /// doing; and the ones whose job is poisoned (failed its cap of runs:
-    /// what the dead-letter queue is for).
-    pub dead_letters_by_crashes: u64,
+    /// Of those, the ones whose receives mostly ended in the explorer's
+    /// faults (three or more of the five crashed or met an injected step
+    /// failure): the fault budget spent, not the handler's doing; and the
+    /// ones whose job is poisoned (failed its cap of runs: what the
+    /// dead-letter queue is for).
+    pub dead_letters_by_faults: u64,
     pub dead_letters_poisoned: u64,
     /// A digest of every action taken: the same seed, the same digest.
     pub trace: String,
@@ -113,113 +134,6 @@ pub struct ExploreReport {
     pub violation: Option<Violation>,
 }
 
-/// `explore-probe`: a step that writes one file named by its job, and
-/// checks, as it starts, that its job's row holds a live claim (no step
-/// runs for a job another owner holds, or nobody does). One run in eight
-/// fails, as a throttled PUT or a killed encoder would (retryable).
-struct ExploreProbe {
-    table: Arc<InMemoryTable>,
-    clock: Arc<AtomicU64>,
-    broken: Arc<Mutex<Vec<String>>>,
-    rng: Arc<Mutex<fastrand::Rng>>,
-    /// Runs in progress, by job: each one's lease as its run began.
-    running: Mutex<BTreeMap<String, Vec<(u64, u64)>>>,
-    runs: AtomicU64,
-}
-
-#[async_trait::async_trait]
-impl Step for ExploreProbe {
-    type Params = ();
-
-    fn name(&self) -> &'static str {
-        "explore-probe"
-    }
-
-    fn params(&self, _params: &Map<String, Value>) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn input_use(&self, _params: &()) -> InputUse {
-        InputUse::Ranges
-    }
-
-    async fn run(
-        &self,
-        _params: &(),
-        context: &StepContext<'_>,
-        outputs: &mut JobOutputs,
-    ) -> Result<(), StepError> {
-        let now = self.clock.load(Ordering::Relaxed);
-        let row = self.table.get(context.job_key).await.ok().flatten();
-        // Another run of the job in progress whose lease still holds: two
-        // owners at once.
-        let run = self.runs.fetch_add(1, Ordering::Relaxed);
-        let lease = row.as_ref().map_or(0, |r| r.lease_until_ms);
-        {
-            let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-            let others = running.entry(context.job_key.to_string()).or_default();
-            if let Some((_, until)) = others.iter().find(|(_, until)| *until > now) {
-                self.broken
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(format!(
-                        "job {} began a run while another's lease held it until {until}",
-                        context.job_key
-                    ));
-            }
-            others.push((run, lease));
-        }
-        let result = self.run_once(context, outputs, now, row).await;
-        if let Some(others) = self
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(context.job_key)
-        {
-            others.retain(|(id, _)| *id != run);
-        }
-        result
-    }
-}
-
-impl ExploreProbe {
-    async fn run_once(
-        &self,
-        context: &StepContext<'_>,
-        outputs: &mut JobOutputs,
-        now: u64,
-        row: Option<crate::ledger::JobRow>,
-    ) -> Result<(), StepError> {
-        let held = row
-            .as_ref()
-            .is_some_and(|r| r.status == JobStatus::Running && r.lease_until_ms > now);
-        if !held {
-            self.broken
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(format!(
-                    "job {} ran while its row was {}",
-                    context.job_key,
-                    row.map_or("gone".into(), |r| format!(
-                        "{} until {}",
-                        r.status.as_str(),
-                        r.lease_until_ms
-                    ))
-                ));
-        }
-        if self.rng.lock().unwrap_or_else(|p| p.into_inner()).u32(0..8) == 0 {
-            return Err(StepError::Failed("an injected transient failure".into()));
-        }
-        outputs
-            .put_bytes(
-                "out.bin",
-                "application/octet-stream",
-                context.job_key.as_bytes().to_vec(),
-            )
-            .await
-    }
-}
-
 /// A message in the simulated queue.
 #[derive(Debug, Clone)]
 struct Message {
@@ -227,8 +141,9 @@ struct Message {
     body: String,
     visible_at: u64,
     receives: u32,
-    /// Receives that ended with their invocation's crash (or timeout).
-    crashed: u32,
+    /// Receives that ended with their invocation's crash (or timeout), or
+    /// with a step's injected failure.
+    faults: u32,
     /// The invocation it was last handed to, and the receipt.
     holder: Option<(u64, String)>,
 }
@@ -236,13 +151,16 @@ struct Message {
 /// An input object as the users left it.
 #[derive(Debug, Clone)]
 struct Object {
-    /// The job its bytes key to, as the handler keys them.
-    job_key: String,
+    /// The jobs its bytes key to, as the handler keys them: the root
+    /// recipe's, then the chained one's.
+    jobs: Vec<String>,
     content: u32,
     etag: String,
     /// When it was written (the explorer's action count).
     written: u64,
     promised: bool,
+    /// Its chained job was seen `done` since it was promised.
+    chained_done: bool,
 }
 
 enum Running {
@@ -255,15 +173,18 @@ enum Running {
 struct World {
     options: ExploreOptions,
     rng: fastrand::Rng,
-    clock: Arc<AtomicU64>,
+    clock: SkewedClock,
     sched: Arc<Scheduler>,
     table: Arc<InMemoryTable>,
     objects: Arc<InMemoryObjects>,
     queue: Arc<RecordingQueue>,
     app: Arc<App>,
     recipe_hash: String,
+    chained_recipe_hash: Option<String>,
     suspended: bool,
     by_content: bool,
+    teardown: bool,
+    skew_beyond_margin: bool,
     broken: Arc<Mutex<Vec<String>>>,
     messages: Vec<Message>,
     inputs: BTreeMap<String, Object>,
@@ -287,6 +208,7 @@ pub async fn explore(options: ExploreOptions) -> ExploreReport {
     let steps = world.options.steps;
     for _ in 0..steps {
         world.step().await;
+        world.observe();
         if let Some(violation) = world.check(world.report.steps, false) {
             world.report.violation = Some(violation);
             return world.finish();
@@ -302,7 +224,12 @@ impl World {
         let mut rng = fastrand::Rng::with_seed(options.seed);
         let suspended = options.suspended.unwrap_or_else(|| rng.bool());
         let by_content = options.by_content.unwrap_or_else(|| rng.bool());
-        let clock = Arc::new(AtomicU64::new(START_MS));
+        let chained = options.chained.unwrap_or_else(|| rng.u32(0..3) > 0);
+        let teardown = options.teardown.unwrap_or_else(|| rng.bool());
+        let skew_beyond_margin = options
+            .skew_beyond_margin
+            .unwrap_or_else(|| rng.u32(0..3) == 0);
+        let clock = SkewedClock::new(START_MS);
         let sched = Arc::new(Scheduler::default());
         let table = Arc::new(InMemoryTable::new("jobs"));
         let objects = InMemoryObjects::new();
@@ -317,8 +244,15 @@ impl World {
             running: Mutex::default(),
             runs: AtomicU64::new(0),
         });
-        let recipes = serde_json::json!([{"name": "probe", "step": "explore-probe",
-            "version": 1, "params": {}}]);
+        let mut recipes = vec![serde_json::json!({"name": "probe", "step": "explore-probe",
+            "version": 1, "params": {}})];
+        if chained {
+            recipes.push(
+                serde_json::json!({"name": "probe-next", "step": "explore-probe",
+                "version": 2, "params": {}, "input": {"recipe": "probe", "file": "out.bin"}}),
+            );
+        }
+        let recipes = Value::Array(recipes);
         let vars: BTreeMap<&str, String> = BTreeMap::from([
             ("MEDIAONCE_TABLE", "jobs".to_string()),
             ("MEDIAONCE_OUTPUT_BUCKET", OUT.to_string()),
@@ -336,6 +270,7 @@ impl World {
         let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps)
             .expect("the explorer's configuration");
         let recipe_hash = config.recipes[0].recipe_hash.clone();
+        let chained_recipe_hash = config.recipes.get(1).map(|r| r.recipe_hash.clone());
         let plan = Arc::new(FaultPlan::gated(sched.clone()));
         let app = App::new(
             config,
@@ -344,18 +279,28 @@ impl World {
             ObjectStore::new(FaultyObjects::new(objects.clone(), plan)),
             Queue::new(queue.clone()),
         )
-        .with_clock(VirtualClock(clock.clone()))
+        .with_clock(clock.clone())
         .with_seed(options.seed);
         World {
             rng,
             suspended,
             by_content,
+            teardown,
+            skew_beyond_margin,
+            chained_recipe_hash,
             report: ExploreReport {
                 options: options.clone(),
+                world: BTreeMap::from([
+                    ("suspended", suspended),
+                    ("by_content", by_content),
+                    ("chained", chained),
+                    ("teardown", teardown),
+                    ("skew_beyond_margin", skew_beyond_margin),
+                ]),
                 steps: 0,
                 actions: BTreeMap::new(),
                 dead_letters: 0,
-                dead_letters_by_crashes: 0,
+                dead_letters_by_faults: 0,
                 dead_letters_poisoned: 0,
                 trace: String::new(),
                 log: Vec::new(),
@@ -383,8 +328,38 @@ impl World {
         }
     }
 
+    /// A promised object's chained job, once `done`, is promised too.
+    fn observe(&mut self) {
+        let rows = self.table.job_rows();
+        for object in self.inputs.values_mut() {
+            if object.promised && !object.chained_done {
+                if let Some(chained) = object.jobs.get(1) {
+                    object.chained_done = rows
+                        .iter()
+                        .any(|r| &r.job_key == chained && r.status == JobStatus::Done);
+                }
+            }
+        }
+    }
+
+    /// A new worker's clock: within the skew DESIGN.md allows of the
+    /// explorer's, or, in a world that goes beyond it, one worker in four
+    /// ahead by up to half a function timeout (further, and it would see
+    /// its invocation's deadline passed before it began).
+    fn skew(&mut self, actor: u64) -> i64 {
+        let skew = if self.skew_beyond_margin && self.rng.u32(0..4) == 0 {
+            self.rng.i64(SKEW_MS..FUNCTION_TIMEOUT_MS as i64 / 2)
+        } else {
+            // Each within half of it of the explorer's time: any two
+            // within it of each other.
+            self.rng.i64(-SKEW_MS / 2..=SKEW_MS / 2)
+        };
+        self.clock.set_skew(actor, skew);
+        skew
+    }
+
     fn now(&self) -> u64 {
-        self.clock.load(Ordering::Relaxed)
+        self.clock.true_ms()
     }
 
     /// Records an action of `actor` (0: the explorer's own).
@@ -504,7 +479,7 @@ impl World {
             body,
             visible_at: self.now() + delay_ms,
             receives: 0,
-            crashed: 0,
+            faults: 0,
             holder: None,
         });
     }
@@ -548,6 +523,8 @@ impl World {
             timeout_ms: Some(FUNCTION_TIMEOUT_MS),
         };
         let app = self.app.clone();
+        let skew = self.skew(actor);
+        names.push(format!("clock {skew:+} ms"));
         let handle = tokio::spawn(ACTOR.scope(actor, handle_batch(app, event, invocation)));
         let started = self.report.steps;
         self.actors
@@ -572,7 +549,7 @@ impl World {
         let now = self.now();
         let mut acked = Vec::new();
         let mut dead = 0;
-        let mut by_crashes = 0;
+        let mut by_faults = 0;
         let mut poisoned_dead = 0;
         let poisoned: Vec<&str> = report
             .messages
@@ -581,6 +558,18 @@ impl World {
                 m.jobs
                     .iter()
                     .any(|j| j.outcome == crate::handler::Outcome::Poisoned)
+            })
+            .map(|m| m.message_id.as_str())
+            .collect();
+        let injected: Vec<&str> = report
+            .messages
+            .iter()
+            .filter(|m| {
+                m.jobs.iter().any(|j| {
+                    j.reason
+                        .as_deref()
+                        .is_some_and(|r| r.contains(INJECTED_FAILURE))
+                })
             })
             .map(|m| m.message_id.as_str())
             .collect();
@@ -595,12 +584,15 @@ impl World {
                 acked.push(message.body.clone());
                 return false;
             }
+            if injected.contains(&message.id.as_str()) {
+                message.faults += 1;
+            }
             if message.receives >= MAX_RECEIVES {
                 dead += 1;
                 if poisoned.contains(&message.id.as_str()) {
                     poisoned_dead += 1;
-                } else if message.crashed >= 3 {
-                    by_crashes += 1;
+                } else if message.faults >= 3 {
+                    by_faults += 1;
                 }
                 return false;
             }
@@ -613,7 +605,7 @@ impl World {
             true
         });
         self.report.dead_letters += dead;
-        self.report.dead_letters_by_crashes += by_crashes;
+        self.report.dead_letters_by_faults += by_faults;
         self.report.dead_letters_poisoned += poisoned_dead;
         // A create acknowledged for the bytes a key holds, by an
         // invocation that began after they were written (so every HEAD of
@@ -695,31 +687,56 @@ impl World {
                     _ => sha256_hex(&bytes),
                 }
             };
-            let keyed = job_key(&input_hash, &self.recipe_hash);
-            self.keyed.entry(keyed).or_default().insert(key.clone());
+            // The chained job is keyed by the SHA-256 the root job's
+            // manifest records for its output (the probe writes its job key).
+            let root = job_key(&input_hash, &self.recipe_hash);
+            let mut jobs = vec![root.clone()];
+            if let Some(chained) = &self.chained_recipe_hash {
+                jobs.push(job_key(&sha256_hex(root.as_bytes()), chained));
+            }
+            for job in &jobs {
+                self.keyed
+                    .entry(job.clone())
+                    .or_default()
+                    .insert(key.clone());
+            }
             self.inputs.insert(
                 key.clone(),
                 Object {
-                    job_key: job_key(&input_hash, &self.recipe_hash),
+                    jobs,
                     content,
                     etag: etag.clone(),
                     written,
                     promised: false,
+                    chained_done: false,
                 },
             );
             self.act("upload", 0, format!("upload {key} content {content}"));
             created_notification(BUCKET, &key, None, Some(&etag), Some(bytes.len() as u64))
-        } else if self.suspended {
+        } else {
+            return self.delete(key);
+        };
+        self.notify(body);
+    }
+
+    /// A user deletes `key` (in a versioning-suspended bucket, a null
+    /// marker is put), and S3 notifies.
+    fn delete(&mut self, key: String) {
+        self.inputs.remove(&key);
+        let body = if self.suspended {
             self.objects.delete_suspended(BUCKET, &key);
-            self.inputs.remove(&key);
             self.act("delete", 0, format!("delete {key} (null marker)"));
             marker_notification(BUCKET, &key)
         } else {
             self.objects.remove(BUCKET, &key);
-            self.inputs.remove(&key);
             self.act("delete", 0, format!("delete {key}"));
             removed_notification(BUCKET, &key, None)
         };
+        self.notify(body);
+    }
+
+    /// S3's notification, after up to 2 s, sometimes twice.
+    fn notify(&mut self, body: String) {
         let delay = self.rng.u64(0..2_000);
         self.enqueue(body.clone(), delay);
         if self.rng.u32(0..10) == 0 {
@@ -731,6 +748,7 @@ impl World {
     fn sweep(&mut self) {
         self.next_actor += 1;
         let actor = self.next_actor;
+        let skew = self.skew(actor);
         let app = self.app.clone();
         let handle = tokio::spawn(ACTOR.scope(actor, async move {
             let _ = app.collect_due(false).await;
@@ -738,13 +756,15 @@ impl World {
         self.actors.insert(actor, Running::Sweep(handle));
         self.deadlines
             .insert(actor, self.now() + FUNCTION_TIMEOUT_MS);
-        self.act("sweep", actor, "sweep".into());
+        self.act("sweep", actor, format!("sweep, clock {skew:+} ms"));
     }
 
     /// The clock moves on by `ms`; an invocation whose deadline passes is
     /// stopped there, as Lambda stops it (no run outlives its lease).
     fn advance(&mut self, ms: u64) {
-        self.clock.fetch_add(ms, Ordering::Relaxed);
+        self.clock
+            .time
+            .fetch_add(ms, std::sync::atomic::Ordering::Relaxed);
         self.act("clock", 0, format!("clock +{ms} ms"));
         let now = self.now();
         let timed_out: Vec<u64> = self
@@ -767,7 +787,7 @@ impl World {
         for message in &mut self.messages {
             if message.holder.as_ref().is_some_and(|(a, _)| *a == actor) {
                 message.holder = None;
-                message.crashed += 1;
+                message.faults += 1;
             }
         }
         self.act("crash", actor, "crashed".into());
@@ -793,8 +813,9 @@ impl World {
             .iter()
             .map(|(key, object)| LiveObject {
                 key: key.clone(),
-                job_key: object.job_key.clone(),
+                jobs: object.jobs.clone(),
                 promised: object.promised,
+                chained_done: object.chained_done,
                 content: object.content,
             })
             .collect();
@@ -838,6 +859,12 @@ impl World {
     /// to each one's visibility), then past every lease and grace, two
     /// sweeps; the invariants checked after each step and at the end.
     async fn quiesce(&mut self) -> Option<Violation> {
+        if self.teardown {
+            let keys: Vec<String> = self.inputs.keys().cloned().collect();
+            for key in keys {
+                self.delete(key);
+            }
+        }
         for _ in 0..100_000 {
             self.settle().await;
             let held = self.sched.held();
@@ -868,21 +895,22 @@ impl World {
             } else {
                 break;
             }
+            self.observe();
             if let Some(violation) = self.check(self.report.steps, false) {
                 return Some(violation);
             }
         }
         self.settle().await;
         let dead = self.report.dead_letters
-            - self.report.dead_letters_by_crashes
+            - self.report.dead_letters_by_faults
             - self.report.dead_letters_poisoned;
         if dead > 0 {
             return Some(Violation {
                 step: self.report.steps,
-                invariant: "nothing is dead-lettered but by crashes or poison",
+                invariant: "nothing is dead-lettered but by faults or poison",
                 detail: format!(
                     "{dead} messages reached the dead-letter queue, their jobs not poisoned, \
-                     fewer than 3 of their 5 receives ended in a crash"
+                     fewer than 3 of their 5 receives ended in a crash or an injected failure"
                 ),
                 last_actions: BTreeMap::new(),
             });

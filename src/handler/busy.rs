@@ -30,7 +30,16 @@ pub(super) async fn delay_busy_message(
         );
         return;
     };
-    let seconds = busy_delay_secs(busy_until_ms, app.now_ms(), app.jitter_ms());
+    // The lease ends by the holder's clock, which may be behind this
+    // worker's by up to the margin (DESIGN.md, "Clock skew"): the message
+    // comes back only once the lease has passed for every worker, so that
+    // a worker behind does not find it busy again and spend a receive.
+    let margin_ms = u64::try_from(app.config.lease.deadline_margin.as_millis()).unwrap_or(0);
+    let seconds = busy_delay_secs(
+        busy_until_ms.saturating_add(margin_ms),
+        app.now_ms(),
+        app.jitter_ms(),
+    );
     match app.queue.delay(&queue_url, receipt_handle, seconds).await {
         Ok(()) => tracing::info!(
             message_id,

@@ -104,8 +104,13 @@ pub(super) async fn reconcile_version(
     let mut marked: Vec<(String, Instant)> = Vec::new();
     for attempt in 0..ATTEMPTS {
         if attempt > 1 {
-            let policy = app.ledger.retry_policy();
-            tokio::time::sleep(policy.delay(attempt - 1, &app.rng)).await;
+            let wait = app.ledger.retry_policy().delay(attempt - 1, &app.rng);
+            // A zero wait is no sleep: a timer, even an elapsed one, fires
+            // when the runtime's driver next turns, which the explorer's
+            // scheduler cannot choose (DESIGN.md, "The explorer").
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
         }
         let (row, seen) = match (read.take(), optimistic.take()) {
             (None, Some(seen)) => (None, seen),

@@ -33,10 +33,20 @@ pub struct ExploreArgs {
     /// default) either, as the seed chooses.
     #[arg(long, default_value = "either")]
     bucket: String,
+    /// A chained recipe after the root one: yes, no or either.
+    #[arg(long, default_value = "either")]
+    chained: String,
+    /// Quiescence begins with every key deleted: yes, no or either.
+    #[arg(long, default_value = "either")]
+    teardown: String,
+    /// Some workers' clocks ahead by more than the lease margin: yes, no
+    /// or either.
+    #[arg(long, default_value = "either")]
+    skew_beyond_margin: String,
     /// Print each run's report as one JSON line.
     #[arg(long)]
     json: bool,
-    /// Print every action of a run that breaks an invariant.
+    /// Print every action of every run.
     #[arg(long)]
     trace: bool,
     /// Go on past a seed that breaks an invariant (each is printed).
@@ -58,6 +68,22 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
             ))
         }
     };
+    let choice = |flag: &str, value: &str| match value {
+        "either" => Ok(None),
+        "yes" => Ok(Some(true)),
+        "no" => Ok(Some(false)),
+        other => Err(format!(
+            "explore: --{flag} must be yes, no or either, not {other:?}"
+        )),
+    };
+    let (chained, teardown, skew_beyond_margin) = match (
+        choice("chained", &args.chained),
+        choice("teardown", &args.teardown),
+        choice("skew-beyond-margin", &args.skew_beyond_margin),
+    ) {
+        (Ok(c), Ok(t), Ok(s)) => (c, t, s),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return fail(e),
+    };
     let first = args.seed.unwrap_or_else(|| fastrand::u64(..));
     let started = Instant::now();
     let mut steps = 0;
@@ -71,6 +97,9 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
             gc_grace_secs: args.gc_grace_secs,
             suspended,
             by_content: None,
+            chained,
+            teardown,
+            skew_beyond_margin,
         });
         steps += report.steps;
         if args.json {
@@ -79,8 +108,15 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
                 Err(e) => return fail(format!("explore: {e}")),
             }
         } else {
+            let world: Vec<&str> = report
+                .world
+                .iter()
+                .filter(|(_, on)| **on)
+                .map(|(name, _)| *name)
+                .collect();
             println!(
-                "seed {seed}: {} steps, trace {}, {}",
+                "seed {seed} [{}]: {} steps, trace {}, {}",
+                world.join(" "),
                 report.steps,
                 report.trace,
                 report
@@ -91,7 +127,7 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
                     })
             );
         }
-        if let (Some(_), true) = (&report.violation, args.trace) {
+        if args.trace {
             for line in &report.log {
                 eprintln!("  {line}");
             }
