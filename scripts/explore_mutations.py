@@ -5,7 +5,7 @@ defect re-introduced as a small patch to a copy of HEAD, and
 defect, where it came from, whether a seed caught it, which seed, and
 after how many steps.
 
-    scripts/explore_mutations.py [--seeds 40] [--steps 300] [--first SEED]
+    scripts/explore_mutations.py [--seeds 40] [--steps 300] [--first SEED] [--only TEXT]
 
 A defect the explorer misses names an actor or a choice its scheduler
 lacks. Builds share `target/mutations`, so only the patched crate is
@@ -134,6 +134,7 @@ def main():
     parser.add_argument("--seeds", type=int, default=40)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--first", type=int, default=None)
+    parser.add_argument("--only", default="", help="only the defects whose name contains this")
     args = parser.parse_args()
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     first = args.first if args.first is not None else int.from_bytes(os.urandom(4), "big")
@@ -157,6 +158,8 @@ def main():
         for seed, (invariant, step) in known.items():
             print(f"baseline: seed {seed} breaks \"{invariant}\" at step {step} without any mutation", file=sys.stderr)
         for name, origin, path, text, replacement in MUTATIONS:
+            if args.only not in name:
+                continue
             file = os.path.join(copy, path)
             original = open(file).read()
             if original.count(text) != 1:

@@ -1121,3 +1121,139 @@ async fn s3_keeps_the_object_contract() {
     s3.create_bucket().bucket(&bucket).send().await.unwrap();
     object_contract(S3Objects::new(s3), &bucket).await;
 }
+
+/// The contract of an [`ObjectClient`] on a bucket whose versioning is
+/// enabled: each put a version of its own, read by its id; a DELETE of the
+/// key a delete marker, behind which the key reads as missing (and the
+/// marker's own id too: S3 answers 405 there) while its versions stay.
+async fn versioned_contract(client: impl ObjectClient, bucket: &str) {
+    let key = "clips/a b.bin";
+    for body in ["one", "two!"] {
+        client
+            .put_object(
+                bucket,
+                key,
+                "application/x-test",
+                ByteStream::from(body.as_bytes().to_vec()),
+                None,
+            )
+            .await
+            .unwrap();
+    }
+    let page = client
+        .list_object_versions(bucket, key, None)
+        .await
+        .unwrap();
+    let ids: Vec<String> = page
+        .versions
+        .iter()
+        .map(|(listed, id)| {
+            assert_eq!(listed, key);
+            id.clone().expect("a versioned bucket's versions have ids")
+        })
+        .collect();
+    assert_eq!(ids.len(), 2, "{page:?}");
+    assert_ne!(ids[0], ids[1]);
+    // Newest first, the newest current.
+    let latest: Vec<bool> = page.entries.iter().map(|e| e.is_latest).collect();
+    assert_eq!(latest, [true, false], "{page:?}");
+    let (newest, oldest) = (ids[0].clone(), ids[1].clone());
+    let versioned = |id: &str| ObjectRef {
+        version_id: Some(id.to_string()),
+        ..object(bucket, key, None)
+    };
+    let current = client
+        .head_object(&object(bucket, key, None))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (current.version_id.as_deref(), current.size),
+        (Some(newest.as_str()), 4)
+    );
+    let old = client
+        .head_object(&versioned(&oldest))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (old.version_id.as_deref(), old.size),
+        (Some(oldest.as_str()), 3)
+    );
+    assert_eq!(
+        client
+            .get_object_range(&versioned(&oldest), 0..3)
+            .await
+            .unwrap(),
+        b"one"
+    );
+
+    // A DELETE of the key: a delete marker, current; the versions stay.
+    client
+        .delete_objects(bucket, &[key.to_string()])
+        .await
+        .unwrap();
+    assert!(client
+        .head_object(&object(bucket, key, None))
+        .await
+        .unwrap()
+        .is_none());
+    let missing = client
+        .get_object(&object(bucket, key, None))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.kind, ErrorKind::NotFound, "{missing}");
+    let (listed, _) = client.list_objects(bucket, "clips/", None).await.unwrap();
+    assert!(listed.is_empty(), "{listed:?}");
+    let page = client
+        .list_object_versions(bucket, key, None)
+        .await
+        .unwrap();
+    assert_eq!(page.versions.len(), 2, "{page:?}");
+    let marker = page
+        .entries
+        .iter()
+        .find(|e| e.delete_marker)
+        .expect("the marker is listed");
+    assert!(marker.is_latest, "{page:?}");
+    let marker_id = marker.version_id.clone().expect("the marker has an id");
+    assert!(client
+        .head_object(&versioned(&marker_id))
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        client
+            .head_object(&versioned(&newest))
+            .await
+            .unwrap()
+            .map(|h| h.size),
+        Some(4)
+    );
+}
+
+#[tokio::test]
+async fn the_in_memory_store_keeps_the_versioned_contract() {
+    let objects = InMemoryObjects::new();
+    objects.enable_versioning("bucket");
+    versioned_contract(objects, "bucket").await;
+}
+
+#[tokio::test]
+async fn s3_keeps_the_versioned_contract() {
+    let sdk = mediaonce::aws::load_sdk_config().await;
+    let s3 = mediaonce::aws::s3_client(&sdk);
+    let bucket = common::unique("conformance-versioned");
+    s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    s3.put_bucket_versioning()
+        .bucket(&bucket)
+        .versioning_configuration(
+            aws_sdk_s3::types::VersioningConfiguration::builder()
+                .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    versioned_contract(S3Objects::new(s3), &bucket).await;
+}

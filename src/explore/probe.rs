@@ -67,6 +67,13 @@ impl Clock for SkewedClock {
     }
 }
 
+/// What the probe writes for `input`: a function of its bytes alone, as a
+/// shared output must be, so that the same bytes keyed twice (by two
+/// ETags) lead to one chained job.
+pub fn output_of(input: &[u8]) -> Vec<u8> {
+    format!("probed {}", crate::key::sha256_hex(input)).into_bytes()
+}
+
 /// What an injected failure says (the explorer counts the receives that
 /// met one against its fault budget).
 pub const INJECTED_FAILURE: &str = "an injected transient failure";
@@ -184,12 +191,9 @@ impl ExploreProbe {
         if self.rng.lock().unwrap_or_else(|p| p.into_inner()).u32(0..8) == 0 {
             return Err(StepError::Failed(INJECTED_FAILURE.into()));
         }
+        let input = context.input.read_range(0..context.input.head.size).await?;
         outputs
-            .put_bytes(
-                "out.bin",
-                "application/octet-stream",
-                context.job_key.as_bytes().to_vec(),
-            )
+            .put_bytes("out.bin", "application/octet-stream", output_of(&input))
             .await
     }
 }

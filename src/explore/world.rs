@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use super::check::{self, LiveObject, Snapshot, OUTPUT_PREFIX};
-use super::probe::{ExploreProbe, SkewedClock, INJECTED_FAILURE};
+use super::probe::{output_of, ExploreProbe, SkewedClock, INJECTED_FAILURE};
 use super::sched::{Scheduler, ACTOR};
 use crate::config::Config;
 use crate::event::{created_notification, marker_notification, removed_notification};
@@ -688,11 +688,11 @@ impl World {
                 }
             };
             // The chained job is keyed by the SHA-256 the root job's
-            // manifest records for its output (the probe writes its job key).
+            // manifest records for its output, a function of the bytes.
             let root = job_key(&input_hash, &self.recipe_hash);
-            let mut jobs = vec![root.clone()];
+            let mut jobs = vec![root];
             if let Some(chained) = &self.chained_recipe_hash {
-                jobs.push(job_key(&sha256_hex(root.as_bytes()), chained));
+                jobs.push(job_key(&sha256_hex(&output_of(&bytes)), chained));
             }
             for job in &jobs {
                 self.keyed
@@ -700,6 +700,14 @@ impl World {
                     .or_default()
                     .insert(key.clone());
             }
+            // The same bytes again (another ETag, perhaps): what was
+            // promised stays promised, for a version's references of the
+            // same bytes only grow (DESIGN.md, "References").
+            let (promised, chained_done) = self
+                .inputs
+                .get(&key)
+                .filter(|was| was.jobs == jobs)
+                .map_or((false, false), |was| (was.promised, was.chained_done));
             self.inputs.insert(
                 key.clone(),
                 Object {
@@ -707,8 +715,8 @@ impl World {
                     content,
                     etag: etag.clone(),
                     written,
-                    promised: false,
-                    chained_done: false,
+                    promised,
+                    chained_done,
                 },
             );
             self.act("upload", 0, format!("upload {key} content {content}"));

@@ -1,18 +1,28 @@
-//! Objects in memory, for unit tests and local tools: an unversioned store
-//! whose HeadObject answers like S3's (ETag, size, and a full-object SHA-256
+//! Objects in memory, for unit tests and local tools: a store whose
+//! HeadObject answers like S3's (ETag, size, and a full-object SHA-256
 //! checksum for objects inserted with one), and which refuses a call to a
 //! bucket another account owns with S3's 403 when an owner is expected.
 //!
-//! Each object is its key's `null` version. A bucket whose versioning is
-//! suspended is modelled by its deletes ([`InMemoryObjects::delete_suspended`]):
-//! the null version removed for good and a null delete marker put, which
-//! the key's version listing shows as its current entry, and which a HEAD
-//! of `versionId=null` finds no object behind (S3 answers 405 there; the
-//! client contract is `None`, as for a 404).
+//! A bucket is unversioned unless [`InMemoryObjects::enable_versioning`]
+//! is called for it: then every put is a new version with its own id, a
+//! DELETE without a version id puts a delete marker (the key's current
+//! entry, which a HEAD or GET of the key finds no object behind, and a HEAD
+//! by the marker's own id neither: S3 answers 405 there, the client
+//! contract is `None`, as for a 404), and a version is removed for good
+//! only by name ([`InMemoryObjects::delete_version`], as a user's DELETE
+//! with a version id or a lifecycle expiration does).
+//!
+//! In an unversioned bucket each object is its key's `null` version. A
+//! bucket whose versioning is suspended is modelled by its deletes
+//! ([`InMemoryObjects::delete_suspended`]): the null version removed for
+//! good and a null delete marker put, which the key's version listing
+//! shows as its current entry, and which a HEAD of `versionId=null` finds
+//! no object behind.
 
 use super::{DeleteError, ListError, VersionsPage};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_s3::primitives::ByteStream;
@@ -42,9 +52,24 @@ impl Stored {
     }
 }
 
+/// One entry of a versioned key's history.
+#[derive(Debug, Clone)]
+struct Version {
+    id: String,
+    /// `None`: a delete marker.
+    stored: Option<Stored>,
+}
+
 #[derive(Debug, Default)]
 pub struct InMemoryObjects {
     objects: Mutex<BTreeMap<(String, String), Stored>>,
+    /// Buckets whose versioning is enabled.
+    versioned: Mutex<BTreeSet<String>>,
+    /// A versioned bucket's keys: each one's versions and delete markers,
+    /// oldest first.
+    versions: Mutex<BTreeMap<(String, String), Vec<Version>>>,
+    /// The last version id given (ids are opaque to callers, as S3's are).
+    last_version: AtomicU64,
     /// Keys whose current entry is a null delete marker (a DELETE in a
     /// versioning-suspended bucket); a put over it replaces it.
     null_markers: Mutex<std::collections::BTreeSet<(String, String)>>,
@@ -61,6 +86,80 @@ impl InMemoryObjects {
 
     fn objects(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), Stored>> {
         lock(&self.objects)
+    }
+
+    /// Turns versioning on for `bucket` (before anything is stored in it).
+    pub fn enable_versioning(&self, bucket: &str) {
+        lock(&self.versioned).insert(bucket.to_string());
+    }
+
+    fn is_versioned(&self, bucket: &str) -> bool {
+        lock(&self.versioned).contains(bucket)
+    }
+
+    /// Appends an entry to a versioned key's history; returns its id.
+    fn push_version(&self, bucket: &str, key: &str, stored: Option<Stored>) -> String {
+        let id = format!(
+            "v{:08}",
+            self.last_version.fetch_add(1, Ordering::Relaxed) + 1
+        );
+        lock(&self.versions)
+            .entry((bucket.to_string(), key.to_string()))
+            .or_default()
+            .push(Version {
+                id: id.clone(),
+                stored,
+            });
+        id
+    }
+
+    /// The object `object` names: in a versioned bucket its named version
+    /// or the key's current entry (`None` if that is a delete marker), with
+    /// its version id; in an unversioned one the key's object (`None` for
+    /// any named version).
+    fn resolve(&self, object: &ObjectRef) -> Option<(Stored, Option<String>)> {
+        if !self.is_versioned(&object.bucket) {
+            return self
+                .objects()
+                .get(&(object.bucket.clone(), object.key.clone()))
+                .filter(|_| object.version_id.is_none())
+                .map(|stored| (stored.clone(), None));
+        }
+        let versions = lock(&self.versions);
+        let history = versions.get(&(object.bucket.clone(), object.key.clone()))?;
+        let entry = match &object.version_id {
+            Some(id) => history.iter().find(|v| &v.id == id)?,
+            None => history.last()?,
+        };
+        Some((entry.stored.clone()?, Some(entry.id.clone())))
+    }
+
+    /// The id of a versioned key's current entry (a version or a delete
+    /// marker).
+    pub fn current_version(&self, bucket: &str, key: &str) -> Option<String> {
+        lock(&self.versions)
+            .get(&(bucket.to_string(), key.to_string()))
+            .and_then(|history| history.last())
+            .map(|v| v.id.clone())
+    }
+
+    /// A DELETE without a version id in a versioned bucket: a delete
+    /// marker put as the key's current entry. Returns the marker's id.
+    pub fn put_delete_marker(&self, bucket: &str, key: &str) -> String {
+        self.push_version(bucket, key, None)
+    }
+
+    /// A version (or delete marker) of a versioned bucket removed for good,
+    /// as a DELETE naming it or a lifecycle expiration does. Whether it
+    /// was there.
+    pub fn delete_version(&self, bucket: &str, key: &str, version_id: &str) -> bool {
+        let mut versions = lock(&self.versions);
+        let Some(history) = versions.get_mut(&(bucket.to_string(), key.to_string())) else {
+            return false;
+        };
+        let before = history.len();
+        history.retain(|v| v.id != version_id);
+        before != history.len()
     }
 
     /// Stores an object as an upload would; with `sha256`, as one that asked
@@ -91,8 +190,12 @@ impl InMemoryObjects {
             multipart,
         };
         let etag = stored.etag();
-        self.objects()
-            .insert((bucket.to_string(), key.to_string()), stored);
+        if self.is_versioned(bucket) {
+            self.push_version(bucket, key, Some(stored));
+        } else {
+            self.objects()
+                .insert((bucket.to_string(), key.to_string()), stored);
+        }
         etag
     }
 
@@ -120,9 +223,9 @@ impl InMemoryObjects {
     }
 
     /// The bytes a GET of `object` reads, as S3 answers it: the caller's
-    /// bucket owner checked, a missing key (or any named version: this store
-    /// is unversioned) `NoSuchKey`, and an `If-Match` that is not the
-    /// current ETag 412.
+    /// bucket owner checked, a missing key (or version, or a delete
+    /// marker) `NoSuchKey`, and an `If-Match` that is not the current ETag
+    /// 412.
     fn current(&self, object: &ObjectRef) -> Result<Vec<u8>, GetError> {
         let error = |message: String, kind| GetError {
             object: object.to_string(),
@@ -131,10 +234,8 @@ impl InMemoryObjects {
         };
         self.check_owner(&object.bucket)
             .map_err(|message| error(message, ErrorKind::Other))?;
-        let objects = self.objects();
-        let stored = objects
-            .get(&(object.bucket.clone(), object.key.clone()))
-            .filter(|_| object.version_id.is_none())
+        let (stored, _) = self
+            .resolve(object)
             .ok_or_else(|| error("NoSuchKey".into(), ErrorKind::NotFound))?;
         if let Some(expected) = &object.if_match {
             let current = stored.etag();
@@ -148,8 +249,13 @@ impl InMemoryObjects {
         Ok(stored.bytes.clone())
     }
 
-    /// Deletes an object (as another writer would).
+    /// Deletes an object (as another writer would): in a versioned
+    /// bucket, puts a delete marker.
     pub fn remove(&self, bucket: &str, key: &str) {
+        if self.is_versioned(bucket) {
+            self.put_delete_marker(bucket, key);
+            return;
+        }
         self.objects()
             .remove(&(bucket.to_string(), key.to_string()));
     }
@@ -162,20 +268,75 @@ impl InMemoryObjects {
         lock(&self.null_markers).insert((bucket.to_string(), key.to_string()));
     }
 
-    /// An object's bytes.
+    /// An object's bytes (a versioned key's current version's).
     pub fn bytes(&self, bucket: &str, key: &str) -> Option<Vec<u8>> {
-        self.objects()
-            .get(&(bucket.to_string(), key.to_string()))
-            .map(|s| s.bytes.clone())
+        self.resolve(&ObjectRef {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            version_id: None,
+            if_match: None,
+        })
+        .map(|(stored, _)| stored.bytes)
     }
 
-    /// The keys in a bucket under a prefix, in order.
+    /// The keys in a bucket under a prefix, in order (of a versioned
+    /// bucket, the ones whose current entry is not a delete marker).
     pub fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        if self.is_versioned(bucket) {
+            return lock(&self.versions)
+                .iter()
+                .filter(|((b, k), history)| {
+                    b == bucket
+                        && k.starts_with(prefix)
+                        && history.last().is_some_and(|v| v.stored.is_some())
+                })
+                .map(|((_, k), _)| k.clone())
+                .collect();
+        }
         self.objects()
             .keys()
             .filter(|(b, k)| b == bucket && k.starts_with(prefix))
             .map(|(_, k)| k.clone())
             .collect()
+    }
+
+    /// A versioned bucket's listing: every version and delete marker under
+    /// `prefix`, each key's newest first, as ListObjectVersions gives them.
+    fn versions_page(&self, bucket: &str, prefix: &str) -> VersionsPage {
+        let versions = lock(&self.versions);
+        let mut page = VersionsPage::default();
+        for ((b, key), history) in versions.iter() {
+            if b != bucket || !key.starts_with(prefix) {
+                continue;
+            }
+            for (n, version) in history.iter().enumerate().rev() {
+                page.entries.push(super::KeyEntry {
+                    key: key.clone(),
+                    version_id: Some(version.id.clone()),
+                    delete_marker: version.stored.is_none(),
+                    is_latest: n + 1 == history.len(),
+                    ..Default::default()
+                });
+                if version.stored.is_some() {
+                    page.versions.push((key.clone(), Some(version.id.clone())));
+                }
+            }
+        }
+        page
+    }
+}
+
+impl InMemoryObjects {
+    /// A put's bytes stored: a new version in a versioned bucket, else the
+    /// key's object replaced.
+    fn put_stored(&self, bucket: &str, key: &str, stored: Stored) {
+        if self.is_versioned(bucket) {
+            self.push_version(bucket, key, Some(stored));
+        } else {
+            lock(&self.null_markers).remove(&(bucket.to_string(), key.to_string()));
+            self.objects()
+                .insert((bucket.to_string(), key.to_string()), stored);
+        }
     }
 }
 
@@ -202,18 +363,13 @@ impl ObjectClient for Arc<InMemoryObjects> {
                 message,
                 kind: ErrorKind::Other,
             })?;
-        // Unversioned: a named version does not exist.
-        if object.version_id.is_some() {
-            return Ok(None);
-        }
-        let objects = self.objects();
-        let Some(stored) = objects.get(&(object.bucket.clone(), object.key.clone())) else {
+        let Some((stored, version_id)) = self.resolve(object) else {
             return Ok(None);
         };
         Ok(Some(ObjectHead {
             bucket: object.bucket.clone(),
             key: object.key.clone(),
-            version_id: None,
+            version_id,
             etag: stored.etag(),
             size: stored.bytes.len() as u64,
             checksum_sha256: stored.with_sha256.then(|| sha256_checksum(&stored.bytes)),
@@ -257,12 +413,12 @@ impl ObjectClient for Arc<InMemoryObjects> {
             .map_err(|message| error(message, ErrorKind::Other))?;
         let bytes = self.current(from).map_err(|e| error(e.message, e.kind))?;
         let content_type = self
-            .objects()
-            .get(&(from.bucket.clone(), from.key.clone()))
-            .map(|stored| stored.content_type.clone())
+            .resolve(from)
+            .map(|(stored, _)| stored.content_type)
             .unwrap_or_default();
-        self.objects().insert(
-            (bucket.to_string(), key.to_string()),
+        self.put_stored(
+            bucket,
+            key,
             Stored {
                 bytes,
                 content_type,
@@ -303,8 +459,9 @@ impl ObjectClient for Arc<InMemoryObjects> {
                 kind: ErrorKind::Other,
             });
         }
-        self.objects().insert(
-            (bucket.to_string(), key.to_string()),
+        self.put_stored(
+            bucket,
+            key,
             Stored {
                 bytes,
                 content_type: content_type.to_string(),
@@ -315,13 +472,17 @@ impl ObjectClient for Arc<InMemoryObjects> {
         Ok(())
     }
 
-    /// Objects here are unversioned: each is its `null` version.
+    /// A versioned bucket's every version and marker; an unversioned
+    /// one's objects, each its `null` version.
     async fn list_object_versions(
         &self,
         bucket: &str,
         prefix: &str,
         _from: Option<&(String, String)>,
     ) -> Result<VersionsPage, ListError> {
+        if self.is_versioned(bucket) {
+            return Ok(self.versions_page(bucket, prefix));
+        }
         let keys = self.keys(bucket, prefix);
         let markers: Vec<super::KeyEntry> = lock(&self.null_markers)
             .iter()
@@ -358,9 +519,8 @@ impl ObjectClient for Arc<InMemoryObjects> {
     }
 
     async fn delete_objects(&self, bucket: &str, keys: &[String]) -> Result<(), DeleteError> {
-        let mut objects = self.objects();
         for key in keys {
-            objects.remove(&(bucket.to_string(), key.clone()));
+            self.remove(bucket, key);
         }
         Ok(())
     }

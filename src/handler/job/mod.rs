@@ -153,6 +153,12 @@ impl<'a> JobRun<'a> {
             // claim, read after its reference, says whether it waits for
             // the execution's end (which then hands it on) or reuses.
             self.run().await
+        } else if report.outcome == Outcome::Skipped {
+            // The other record's object was replaced while its run read it,
+            // and the claim released: this record's own object (the same
+            // bytes, another key or version) still holds them, so it runs
+            // the job from there. (Found by the explorer, seed 227.)
+            self.run().await
         } else if added.iter().any(|key| key == self.job_key) {
             confirm_done(self.app, report.seen_again()).await
         } else {

@@ -677,3 +677,62 @@ async fn a_stalled_page_of_deletes_is_abandoned_before_the_lease_ends() {
     assert!(row.lease_until_ms <= app.now_ms(), "the lease ended: {row:?}");
     assert!(objects.bytes("out", "derived/j/probe.json").is_some());
 }
+
+/// Two uploads of the same bytes in one batch share one run of their job.
+/// When the object that run reads is replaced under it, the claim is
+/// released and that record is skipped (its new bytes have their own
+/// event); the other upload still holds the bytes, so its record runs the
+/// job itself rather than share the skip and be acknowledged with nothing
+/// run. Found by the explorer (issue 39, seed 227 of its first chained
+/// worlds).
+#[tokio::test]
+async fn a_run_skipped_for_one_uploads_replaced_bytes_runs_again_for_the_other() {
+    use crate::faults::{Call, FaultPlan};
+    let steps = StepRegistry::builtin();
+    let vars = HashMap::from([
+        ("MEDIAONCE_TABLE", "jobs"),
+        ("MEDIAONCE_OUTPUT_BUCKET", "out"),
+        ("MEDIAONCE_IDENTITY", "content"),
+        ("MEDIAONCE_CONCURRENCY", "1"),
+        (
+            "MEDIAONCE_RECIPES",
+            r#"[{"name":"probe","step":"probe","version":1,"params":{}}]"#,
+        ),
+    ]);
+    let config = Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
+    let objects = InMemoryObjects::new();
+    let bytes = png(3);
+    let etag = objects.insert("in", "a.png", &bytes, false);
+    objects.insert("in", "b.png", &bytes, false);
+    // a.png's first read keys it (hashing the bytes); before the probe's
+    // own read of it, another writer replaces it.
+    let plan = Arc::new(FaultPlan::new());
+    plan.overwrite_before(Call::GetObject, "a.png", 1, &png(4));
+    let app = Arc::new(App::new(
+        config,
+        Ledger::new(InMemoryTable::new("jobs")),
+        ObjectStore::new(crate::store::faults::FaultyObjects::new(
+            objects.clone(),
+            plan,
+        )),
+        Queue::new(Arc::new(RecordingQueue::default())),
+    ));
+    let report = handle(
+        &app,
+        vec![message("1", "a.png", &etag), message("2", "b.png", &etag)],
+    )
+    .await;
+    let outcomes: Vec<(&str, Outcome)> = report
+        .messages
+        .iter()
+        .flat_map(|m| m.jobs.iter().map(move |j| (m.message_id.as_str(), j.outcome)))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [("1", Outcome::Skipped), ("2", Outcome::Ran)],
+        "{report:?}"
+    );
+    let job = job_key(&sha256_hex(&bytes), &app.config.recipes[0].recipe_hash);
+    let row = app.ledger.get(&job).await.unwrap().expect("the job's row");
+    assert_eq!(row.status, JobStatus::Done);
+}
