@@ -371,10 +371,11 @@ pub fn removed_notification(bucket: &str, key: &str, version_id: Option<&str>) -
     .to_string()
 }
 
-/// The body of the notification S3 sends for a DELETE in a
-/// versioning-suspended bucket: the null version removed for good and a
-/// null delete marker put (`ObjectRemoved:DeleteMarkerCreated`).
-pub fn marker_notification(bucket: &str, key: &str) -> String {
+/// The body of the notification S3 sends for a DELETE that puts a delete
+/// marker (`ObjectRemoved:DeleteMarkerCreated`): in a versioned bucket the
+/// marker's version id; in a versioning-suspended one `null` (the null
+/// version removed for good and a null marker put).
+pub fn marker_notification(bucket: &str, key: &str, marker_version_id: &str) -> String {
     serde_json::json!({"Records": [{
         "eventVersion": "2.1",
         "eventSource": "aws:s3",
@@ -382,7 +383,7 @@ pub fn marker_notification(bucket: &str, key: &str) -> String {
         "s3": {
             "s3SchemaVersion": "1.0",
             "bucket": {"name": bucket, "arn": format!("arn:aws:s3:::{bucket}")},
-            "object": {"key": encode_key(key), "versionId": "null"},
+            "object": {"key": encode_key(key), "versionId": marker_version_id},
         },
     }]})
     .to_string()

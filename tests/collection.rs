@@ -270,6 +270,38 @@ async fn a_dead_run_a_collection_keeps_is_given_back_running_never_done() {
     assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))));
 }
 
+/// A run that died leaves its row `running`, and no release marks it: its
+/// version's message was dead-lettered, so nothing comes back for it. After
+/// its lease and a grace the sweep takes the row as abandoned, but reads
+/// its references as it does a marked row's: the version lives, so the row
+/// is kept with the files its run wrote, and a redrive of the message runs
+/// the job. (Abandoned rows were deleted unread: found by the explorer,
+/// issue 39, in a versioned bucket whose older version's job lost its
+/// outputs so while the version lived.)
+#[tokio::test]
+async fn an_abandoned_job_a_live_version_references_keeps_its_files() {
+    let w = world(GRACE_SECS);
+    w.faults.fail(Call::Finish, 1, "the worker is gone");
+    assert_eq!(outcomes(&w.upload("a.bin").await), [Outcome::Failed]);
+    assert_eq!(w.status().await, Some((JobStatus::Running, Some(1))));
+    let files = w.outputs();
+    assert!(!files.is_empty());
+
+    let row = w.app.ledger.get(&w.key()).await.unwrap().unwrap();
+    assert_eq!(row.free_mark, None, "no release marked it");
+    w.clock
+        .advance_ms(row.lease_until_ms - w.clock.now_ms() + GRACE_SECS * 1_000);
+    let swept = swept(w.app.collect_due(false).await.unwrap());
+    assert_eq!(swept.len(), 1, "{swept:?}");
+    assert_eq!(swept[0].outcome, "referenced: kept");
+    assert_eq!(w.outputs(), files);
+    assert_eq!(w.status().await, Some((JobStatus::Running, Some(1))));
+
+    let report = w.event("ObjectCreated:Put", "a.bin").await;
+    assert_eq!(outcomes(&report), [Outcome::Ran], "{report:?}");
+    assert_eq!(w.status().await, Some((JobStatus::Done, Some(1))));
+}
+
 /// Issue 37, defect 2: `refs rebuild` reads a version's job, and a sweep
 /// collects it before the rebuild's reference lands (nothing referenced it
 /// yet: the version's create was never handled, the reason to rebuild).

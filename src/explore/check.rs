@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::key::sha256_hex;
-use crate::ledger::{JobRow, JobStatus};
+use crate::ledger::{judge, JobRow, JobStatus, Verdict};
 use crate::step::{Manifest, MANIFEST_NAME};
 
 /// The output prefix of every job in the explorer's world.
@@ -25,6 +25,10 @@ pub struct LiveObject {
     pub promised: bool,
     /// Its chained job was seen `done` since it was promised.
     pub chained_done: bool,
+    /// A message of it reached the dead-letter queue by the explorer's
+    /// faults (its receives spent on crashes and injected failures): its
+    /// pipeline may stop where that left it, until an operator redrives.
+    pub dead_lettered: bool,
     /// The content its bytes are (the world's own numbering).
     pub content: u32,
 }
@@ -86,38 +90,37 @@ pub fn every_step(s: &Snapshot<'_>) -> Result<(), Broken> {
 
 /// At quiescence (every message handled, the clock past every lease and
 /// grace, the sweep run):
-/// 4a. no row is left `running` or `collecting`;
-/// 4b. every live version's job is `done` (with its files, as 2 says), or
-///     failed for good (its cap of failures spent, or its input at fault);
+/// 4a. no row is left `collecting`;
+/// 4b. every live version's pipeline is `done` (with its files, as 2
+///     says), or stops at a job failed for good (its input at fault, or
+///     its caps spent), unless a message of it was dead-lettered by the
+///     explorer's faults (then it stays as that left it: a redrive is the
+///     operator's);
 /// 4c. nothing leaks: every row is the job of an upload to a key that is
 ///     live (a version keeps the jobs of bytes not proven other than its
 ///     own, a leak bounded by its life: DESIGN.md, "References"; once the
-///     key is gone, so must they be), and every output belongs to a row.
+///     key is gone, so must they be) or poisoned (kept on purpose), and
+///     every output belongs to a row.
 pub fn at_quiescence(s: &Snapshot<'_>) -> Result<(), Broken> {
     every_step(s)?;
-    if let Some(row) = s
-        .rows
-        .iter()
-        .find(|r| matches!(r.status, JobStatus::Running | JobStatus::Collecting))
-    {
+    // A job of a live version's bytes must be done (below); one a version
+    // only keeps (bytes not proven other) or whose message a dead letter
+    // stopped may be left as its last run left it, and is collected once
+    // its versions go. A collection never stops for good.
+    if let Some(row) = s.rows.iter().find(|r| r.status == JobStatus::Collecting) {
         return Err((
-            "nothing is left running",
+            "nothing is left collecting",
             format!("job {} is {}", row.job_key, row.status.as_str()),
         ));
     }
     let rows: BTreeMap<&str, &JobRow> = s.rows.iter().map(|r| (r.job_key.as_str(), r)).collect();
-    for live in s.live {
+    for live in s.live.iter().filter(|l| !l.dead_lettered) {
         // A pipeline ends at its first job failed for good: the jobs after
         // it are never keyed.
         for job in &live.jobs {
             match rows.get(job.as_str()) {
                 Some(row) if row.status == JobStatus::Done => {}
-                Some(row)
-                    if row.status == JobStatus::Failed
-                        && (row.permanent || row.failures >= s.max_attempts) =>
-                {
-                    break
-                }
+                Some(row) if poisoned(s, row) => break,
                 other => {
                     return Err((
                         "every live version's pipeline is done or failed for good",
@@ -136,7 +139,14 @@ pub fn at_quiescence(s: &Snapshot<'_>) -> Result<(), Broken> {
             .get(job)
             .is_some_and(|keys| s.live.iter().any(|l| keys.contains(&l.key)))
     };
-    if let Some(row) = s.rows.iter().find(|r| !wanted(&r.job_key)) {
+    // A poisoned row is kept on purpose once its versions are gone: it
+    // stops a re-upload of the same bytes from running again (DESIGN.md,
+    // "Collection").
+    if let Some(row) = s
+        .rows
+        .iter()
+        .find(|r| !wanted(&r.job_key) && !poisoned(s, r))
+    {
         return Err((
             "nothing leaks",
             format!(
@@ -157,6 +167,12 @@ pub fn at_quiescence(s: &Snapshot<'_>) -> Result<(), Broken> {
         return Err(("nothing leaks", format!("output {key} belongs to no job")));
     }
     Ok(())
+}
+
+/// A job failed for good (its input at fault, or its caps of failures or
+/// runs spent), as a claim judges it once every lease has passed.
+fn poisoned(s: &Snapshot<'_>, row: &JobRow) -> bool {
+    judge(row, u64::MAX, s.max_attempts) == Verdict::Poisoned
 }
 
 /// The files of a done job: its manifest, then each file it lists, with

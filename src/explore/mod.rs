@@ -14,7 +14,7 @@ mod probe;
 pub mod sched;
 mod world;
 
-pub use world::{explore, ExploreOptions, ExploreReport, Violation};
+pub use world::{explore, Bucket, ExploreOptions, ExploreReport, Violation};
 
 /// Runs one exploration on a runtime of its own, on this thread (every
 /// actor a task of it): the same options, the same run.

@@ -159,18 +159,25 @@ impl App {
         }
     }
 
-    /// Step 2: for a row a release marked (it has a mark) and whose
-    /// deletes never started, reads its references. `None`: there are
-    /// none, delete. `Some`: referenced, given back in the status it had
-    /// when the collection began ([`JobRow::kept_status`]: `done` only if
-    /// it was). `Err`: the read failed; the row is given back the same way
-    /// (nothing was deleted) and the failure counted.
+    /// Step 2: for a row whose deletes never started, reads its
+    /// references. `None`: there are none, delete. `Some`: referenced,
+    /// given back in the status it had when the collection began
+    /// ([`JobRow::kept_status`]: `done` only if it was). `Err`: the read
+    /// failed; the row is given back the same way (nothing was deleted)
+    /// and the failure counted.
+    ///
+    /// An abandoned row (no mark: `running` past its lease or `failed`,
+    /// for a grace) is read too: its object is usually gone, but a live
+    /// version whose message was dead-lettered leaves its job so, and the
+    /// outputs its earlier run made are still that version's. (Found by
+    /// the explorer: a versioned bucket's older version, its job's
+    /// collection stopped, the claim that took the row over failing.)
     async fn keep_if_referenced(
         &self,
         row: &JobRow,
         owner: &str,
     ) -> Result<Option<Collected>, String> {
-        if row.free_mark.is_none() || row.deletes_started_at_ms.is_some() {
+        if row.deletes_started_at_ms.is_some() {
             return Ok(None);
         }
         let job_key = row.job_key.as_str();
@@ -179,9 +186,10 @@ impl App {
         // A mark newer than the settle time may precede a release still on
         // its way to delete the item this read saw: kept, so the next
         // sweep looks again.
-        let settled = row
-            .released_at_ms
-            .is_some_and(|at| at.saturating_add(MARK_SETTLE_MS) <= now);
+        let settled = row.free_mark.is_some()
+            && row
+                .released_at_ms
+                .is_some_and(|at| at.saturating_add(MARK_SETTLE_MS) <= now);
         let clear = match referenced {
             Ok(false) => return Ok(None),
             Ok(true) if settled => row.free_mark.as_deref(),

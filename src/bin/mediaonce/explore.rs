@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Args;
-use mediaonce::explore::{run, ExploreOptions};
+use mediaonce::explore::{run, Bucket, ExploreOptions};
 
 use super::fail;
 
@@ -29,9 +29,9 @@ pub struct ExploreArgs {
     /// The collection grace, in seconds.
     #[arg(long, default_value_t = 0)]
     gc_grace_secs: u64,
-    /// The input bucket's versioning: unversioned, suspended, or (by
-    /// default) either, as the seed chooses.
-    #[arg(long, default_value = "either")]
+    /// The input bucket's versioning: unversioned, suspended, versioned,
+    /// or (by default) any, as the seed chooses.
+    #[arg(long, default_value = "any")]
     bucket: String,
     /// A chained recipe after the root one: yes, no or either.
     #[arg(long, default_value = "either")]
@@ -58,13 +58,14 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
     if args.keys == 0 || args.contents == 0 {
         return fail("explore: --keys and --contents must be at least 1".into());
     }
-    let suspended = match args.bucket.as_str() {
-        "either" => None,
-        "unversioned" => Some(false),
-        "suspended" => Some(true),
+    let bucket = match args.bucket.as_str() {
+        "any" => None,
+        "unversioned" => Some(Bucket::Unversioned),
+        "suspended" => Some(Bucket::Suspended),
+        "versioned" => Some(Bucket::Versioned),
         other => {
             return fail(format!(
-                "explore: --bucket must be unversioned, suspended or either, not {other:?}"
+                "explore: --bucket must be unversioned, suspended, versioned or any, not {other:?}"
             ))
         }
     };
@@ -95,7 +96,7 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
             keys: args.keys,
             contents: args.contents,
             gc_grace_secs: args.gc_grace_secs,
-            suspended,
+            bucket,
             by_content: None,
             chained,
             teardown,

@@ -13,13 +13,11 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use super::check::{self, LiveObject, Snapshot, OUTPUT_PREFIX};
-use super::probe::{output_of, ExploreProbe, SkewedClock, INJECTED_FAILURE};
+use super::probe::{ExploreProbe, SkewedClock, INJECTED_FAILURE};
 use super::sched::{Scheduler, ACTOR};
 use crate::config::Config;
-use crate::event::{created_notification, marker_notification, removed_notification};
 use crate::faults::FaultPlan;
 use crate::handler::{handle_batch, App, BatchReport, Invocation};
-use crate::key::{job_key, sha256_hex};
 use crate::ledger::faults::FaultyTable;
 use crate::ledger::memory::InMemoryTable;
 use crate::ledger::{JobStatus, Ledger, RetryPolicy};
@@ -28,6 +26,8 @@ use crate::steps::StepRegistry;
 use crate::store::faults::FaultyObjects;
 use crate::store::memory::InMemoryObjects;
 use crate::store::ObjectStore;
+
+mod users;
 
 const BUCKET: &str = "in";
 const OUT: &str = "out";
@@ -56,10 +56,8 @@ pub struct ExploreOptions {
     pub contents: u32,
     /// The collection grace, in seconds (0: at once).
     pub gc_grace_secs: u64,
-    /// Versioning suspended on the input bucket: a delete removes the
-    /// null version for good and puts a null delete marker. `None`: the
-    /// seed chooses.
-    pub suspended: Option<bool>,
+    /// The input bucket's versioning. `None`: the seed chooses.
+    pub bucket: Option<Bucket>,
     /// Jobs keyed by content always (`MEDIAONCE_IDENTITY=content`), or as
     /// `auto` keys them (an upload without S3's SHA-256 by its version
     /// and ETag, so the same bytes uploaded in parts key another job).
@@ -88,11 +86,37 @@ impl Default for ExploreOptions {
             keys: 4,
             contents: 3,
             gc_grace_secs: 0,
-            suspended: None,
+            bucket: None,
             by_content: None,
             chained: None,
             teardown: None,
             skew_beyond_margin: None,
+        }
+    }
+}
+
+/// An input bucket's versioning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bucket {
+    /// A delete removes the object; each object is its key's null version.
+    Unversioned,
+    /// Versioning suspended: a delete removes the null version for good
+    /// and puts a null delete marker.
+    Suspended,
+    /// Every put a version of its own; a delete puts a delete marker and
+    /// keeps every version (nothing is released:
+    /// `MEDIAONCE_RELEASE_ON_DELETE_MARKER` is off, its default); a version
+    /// goes only by a DELETE naming it or a lifecycle expiration.
+    Versioned,
+}
+
+impl Bucket {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bucket::Unversioned => "unversioned",
+            Bucket::Suspended => "suspended",
+            Bucket::Versioned => "versioned",
         }
     }
 }
@@ -119,11 +143,13 @@ pub struct ExploreReport {
     /// Steps by kind of action.
     pub actions: BTreeMap<&'static str, u64>,
     pub dead_letters: u64,
-    /// Of those, the ones whose receives mostly ended in the explorer's
+    /// Of those, the ones whose receives were spent by the explorer's
     /// faults (three or more of the five crashed or met an injected step
-    /// failure): the fault budget spent, not the handler's doing; and the
-    /// ones whose job is poisoned (failed its cap of runs: what the
-    /// dead-letter queue is for).
+    /// failure, or at least one did and every other found its job busy,
+    /// often held by a worker that crashed): the fault budget spent, not
+    /// the handler's doing; and the ones whose job is poisoned (failed its
+    /// cap of runs: what the dead-letter queue is for). Contention alone
+    /// never dead-letters a message.
     pub dead_letters_by_faults: u64,
     pub dead_letters_poisoned: u64,
     /// A digest of every action taken: the same seed, the same digest.
@@ -144,6 +170,8 @@ struct Message {
     /// Receives that ended with their invocation's crash (or timeout), or
     /// with a step's injected failure.
     faults: u32,
+    /// Receives that found a job of it busy.
+    busy: u32,
     /// The invocation it was last handed to, and the receipt.
     holder: Option<(u64, String)>,
 }
@@ -151,6 +179,9 @@ struct Message {
 /// An input object as the users left it.
 #[derive(Debug, Clone)]
 struct Object {
+    /// Its key, and its version id in a versioned bucket.
+    key: String,
+    version: Option<String>,
     /// The jobs its bytes key to, as the handler keys them: the root
     /// recipe's, then the chained one's.
     jobs: Vec<String>,
@@ -161,6 +192,10 @@ struct Object {
     promised: bool,
     /// Its chained job was seen `done` since it was promised.
     chained_done: bool,
+    /// A message of it reached the dead-letter queue by the explorer's
+    /// faults: its pipeline may stop where that left it (a redrive is the
+    /// operator's), and its jobs' rows with it.
+    dead_lettered: bool,
 }
 
 enum Running {
@@ -181,12 +216,14 @@ struct World {
     app: Arc<App>,
     recipe_hash: String,
     chained_recipe_hash: Option<String>,
-    suspended: bool,
+    bucket: Bucket,
     by_content: bool,
     teardown: bool,
     skew_beyond_margin: bool,
     broken: Arc<Mutex<Vec<String>>>,
     messages: Vec<Message>,
+    /// The live input objects, by name: the key, or in a versioned bucket
+    /// `key@version`.
     inputs: BTreeMap<String, Object>,
     /// Every job key an upload keyed, and from what.
     keyed: BTreeMap<String, check::KeyedFrom>,
@@ -222,7 +259,9 @@ pub async fn explore(options: ExploreOptions) -> ExploreReport {
 impl World {
     fn new(options: ExploreOptions) -> World {
         let mut rng = fastrand::Rng::with_seed(options.seed);
-        let suspended = options.suspended.unwrap_or_else(|| rng.bool());
+        let bucket = options.bucket.unwrap_or_else(|| {
+            [Bucket::Unversioned, Bucket::Suspended, Bucket::Versioned][rng.usize(0..3)]
+        });
         let by_content = options.by_content.unwrap_or_else(|| rng.bool());
         let chained = options.chained.unwrap_or_else(|| rng.u32(0..3) > 0);
         let teardown = options.teardown.unwrap_or_else(|| rng.bool());
@@ -233,6 +272,9 @@ impl World {
         let sched = Arc::new(Scheduler::default());
         let table = Arc::new(InMemoryTable::new("jobs"));
         let objects = InMemoryObjects::new();
+        if bucket == Bucket::Versioned {
+            objects.enable_versioning(BUCKET);
+        }
         let queue = Arc::new(RecordingQueue::default());
         let broken = Arc::new(Mutex::new(Vec::new()));
         let mut steps = StepRegistry::builtin();
@@ -283,7 +325,7 @@ impl World {
         .with_seed(options.seed);
         World {
             rng,
-            suspended,
+            bucket,
             by_content,
             teardown,
             skew_beyond_margin,
@@ -291,7 +333,8 @@ impl World {
             report: ExploreReport {
                 options: options.clone(),
                 world: BTreeMap::from([
-                    ("suspended", suspended),
+                    ("suspended", bucket == Bucket::Suspended),
+                    ("versioned", bucket == Bucket::Versioned),
                     ("by_content", by_content),
                     ("chained", chained),
                     ("teardown", teardown),
@@ -480,6 +523,7 @@ impl World {
             visible_at: self.now() + delay_ms,
             receives: 0,
             faults: 0,
+            busy: 0,
             holder: None,
         });
     }
@@ -550,6 +594,7 @@ impl World {
         let mut acked = Vec::new();
         let mut dead = 0;
         let mut by_faults = 0;
+        let mut dead_lettered = Vec::new();
         let mut poisoned_dead = 0;
         let poisoned: Vec<&str> = report
             .messages
@@ -558,6 +603,16 @@ impl World {
                 m.jobs
                     .iter()
                     .any(|j| j.outcome == crate::handler::Outcome::Poisoned)
+            })
+            .map(|m| m.message_id.as_str())
+            .collect();
+        let busy: Vec<&str> = report
+            .messages
+            .iter()
+            .filter(|m| {
+                m.jobs
+                    .iter()
+                    .any(|j| j.outcome == crate::handler::Outcome::Busy)
             })
             .map(|m| m.message_id.as_str())
             .collect();
@@ -586,13 +641,18 @@ impl World {
             }
             if injected.contains(&message.id.as_str()) {
                 message.faults += 1;
+            } else if busy.contains(&message.id.as_str()) {
+                message.busy += 1;
             }
             if message.receives >= MAX_RECEIVES {
                 dead += 1;
                 if poisoned.contains(&message.id.as_str()) {
                     poisoned_dead += 1;
-                } else if message.faults >= 3 {
+                } else if message.faults >= 3
+                    || (message.faults >= 1 && message.faults + message.busy >= MAX_RECEIVES)
+                {
                     by_faults += 1;
+                    dead_lettered.push(message.body.clone());
                 }
                 return false;
             }
@@ -606,17 +666,35 @@ impl World {
         });
         self.report.dead_letters += dead;
         self.report.dead_letters_by_faults += by_faults;
+        for body in dead_lettered {
+            let (key, version) = target_of(&body);
+            for live in self.inputs.values_mut() {
+                if key.as_deref() == Some(live.key.as_str())
+                    && (version.is_none() || version == live.version)
+                {
+                    live.dead_lettered = true;
+                }
+            }
+        }
         self.report.dead_letters_poisoned += poisoned_dead;
         // A create acknowledged for the bytes a key holds, by an
         // invocation that began after they were written (so every HEAD of
         // it saw them): promised.
         for body in acked {
-            for (key, object) in self.inputs.iter_mut() {
-                if started > object.written
-                    && body.contains(&format!("\"key\":\"{key}\""))
-                    && body.contains(&format!("\"eTag\":\"{}\"", object.etag))
+            let value: Value = serde_json::from_str(&body).unwrap_or_default();
+            let object = &value["Records"][0]["s3"]["object"];
+            let (key, etag, version) = (
+                object["key"].as_str(),
+                object["eTag"].as_str(),
+                object["versionId"].as_str(),
+            );
+            for live in self.inputs.values_mut() {
+                if started > live.written
+                    && key == Some(live.key.as_str())
+                    && etag == Some(live.etag.as_str())
+                    && version == live.version.as_deref()
                 {
-                    object.promised = true;
+                    live.promised = true;
                 }
             }
         }
@@ -641,116 +719,6 @@ impl World {
                 outcomes.join("; ")
             ),
         );
-    }
-
-    /// A user's upload (of one of a few contents, to one of a few keys)
-    /// or delete, and S3's notification (sometimes twice).
-    fn user(&mut self) {
-        let key = format!("k{}", self.rng.u32(0..self.options.keys));
-        let live = self.inputs.contains_key(&key);
-        if live && self.rng.u32(0..10) == 0 {
-            // A user's "reprocess" (or `backfill`): a create with no ETag.
-            self.act("reprocess", 0, format!("reprocess {key}"));
-            self.enqueue(created_notification(BUCKET, &key, None, None, None), 0);
-            return;
-        }
-        let upload = !live || self.rng.u32(0..10) < 6;
-        let body = if upload {
-            let content = self.rng.u32(0..self.options.contents);
-            let bytes = format!("content {content}").into_bytes();
-            let sha256 = self.rng.bool();
-            // Uploaded in parts: the same bytes, another ETag.
-            let etag = if self.rng.u32(0..4) == 0 {
-                self.objects.insert_multipart(BUCKET, &key, &bytes, sha256)
-            } else {
-                self.objects.insert(BUCKET, &key, &bytes, sha256)
-            };
-            let etag = etag.trim_matches('"').to_string();
-            let written = self.report.steps;
-
-            // What the handler keys the bytes by: their SHA-256 when S3
-            // has it or the identity is by content, else (`auto`, read by
-            // ranges) the version and ETag.
-            let input_hash = if self.by_content || sha256 {
-                sha256_hex(&bytes)
-            } else {
-                let object = crate::store::ObjectRef {
-                    bucket: BUCKET.into(),
-                    key: key.clone(),
-                    version_id: None,
-                    if_match: None,
-                };
-                use crate::store::ObjectClient;
-                use futures::FutureExt;
-                match self.objects.head_object(&object).now_or_never() {
-                    Some(Ok(Some(head))) => crate::fingerprint::version_etag(&head).input_hash,
-                    _ => sha256_hex(&bytes),
-                }
-            };
-            // The chained job is keyed by the SHA-256 the root job's
-            // manifest records for its output, a function of the bytes.
-            let root = job_key(&input_hash, &self.recipe_hash);
-            let mut jobs = vec![root];
-            if let Some(chained) = &self.chained_recipe_hash {
-                jobs.push(job_key(&sha256_hex(&output_of(&bytes)), chained));
-            }
-            for job in &jobs {
-                self.keyed
-                    .entry(job.clone())
-                    .or_default()
-                    .insert(key.clone());
-            }
-            // The same bytes again (another ETag, perhaps): what was
-            // promised stays promised, for a version's references of the
-            // same bytes only grow (DESIGN.md, "References").
-            let (promised, chained_done) = self
-                .inputs
-                .get(&key)
-                .filter(|was| was.jobs == jobs)
-                .map_or((false, false), |was| (was.promised, was.chained_done));
-            self.inputs.insert(
-                key.clone(),
-                Object {
-                    jobs,
-                    content,
-                    etag: etag.clone(),
-                    written,
-                    promised,
-                    chained_done,
-                },
-            );
-            self.act("upload", 0, format!("upload {key} content {content}"));
-            created_notification(BUCKET, &key, None, Some(&etag), Some(bytes.len() as u64))
-        } else {
-            return self.delete(key);
-        };
-        self.notify(body);
-    }
-
-    /// A user deletes `key` (in a versioning-suspended bucket, a null
-    /// marker is put), and S3 notifies.
-    fn delete(&mut self, key: String) {
-        self.inputs.remove(&key);
-        let body = if self.suspended {
-            self.objects.delete_suspended(BUCKET, &key);
-            self.act("delete", 0, format!("delete {key} (null marker)"));
-            marker_notification(BUCKET, &key)
-        } else {
-            self.objects.remove(BUCKET, &key);
-            self.act("delete", 0, format!("delete {key}"));
-            removed_notification(BUCKET, &key, None)
-        };
-        self.notify(body);
-    }
-
-    /// S3's notification, after up to 2 s, sometimes twice.
-    fn notify(&mut self, body: String) {
-        let delay = self.rng.u64(0..2_000);
-        self.enqueue(body.clone(), delay);
-        if self.rng.u32(0..10) == 0 {
-            let again = delay + self.rng.u64(0..2_000);
-            self.enqueue(body, again);
-        }
     }
 
     fn sweep(&mut self) {
@@ -824,6 +792,7 @@ impl World {
                 jobs: object.jobs.clone(),
                 promised: object.promised,
                 chained_done: object.chained_done,
+                dead_lettered: object.dead_lettered,
                 content: object.content,
             })
             .collect();
@@ -868,10 +837,7 @@ impl World {
     /// sweeps; the invariants checked after each step and at the end.
     async fn quiesce(&mut self) -> Option<Violation> {
         if self.teardown {
-            let keys: Vec<String> = self.inputs.keys().cloned().collect();
-            for key in keys {
-                self.delete(key);
-            }
+            self.teardown();
         }
         for _ in 0..100_000 {
             self.settle().await;
@@ -931,6 +897,19 @@ impl World {
         report.trace = format!("{:016x}", self.digest);
         report
     }
+}
+
+/// The object version a message is about: an S3 notification's, or a
+/// hand-on's (`None` version: the key's every one).
+fn target_of(body: &str) -> (Option<String>, Option<String>) {
+    let value: Value = serde_json::from_str(body).unwrap_or_default();
+    let object = &value["Records"][0]["s3"]["object"];
+    let key = object["key"].as_str().or(value["key"].as_str());
+    let version = object["versionId"]
+        .as_str()
+        .or(value["versionId"].as_str())
+        .filter(|v| *v != "null");
+    (key.map(str::to_owned), version.map(str::to_owned))
 }
 
 /// A message, in a few words: what happened to which key.
