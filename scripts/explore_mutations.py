@@ -113,6 +113,27 @@ MUTATIONS = [
         "        busy_until_ms.saturating_add(margin_ms * 0),",
     ),
     (
+        "a version's row is written over a concurrent hint's (no gen condition)",
+        "references issue (hints reconciled with S3)",
+        "src/ledger/memory.rs",
+        "            None => current.is_none(),\n            Some(gen) => current.is_some_and(|row| row.gen == gen),",
+        "            None => true,\n            Some(_) => true,",
+    ),
+    (
+        "an abandoned row is collected without reading its references",
+        "issue 39 (found by the explorer: versioned buckets)",
+        "src/handler/collect.rs",
+        "        if row.deletes_started_at_ms.is_some() {\n            return Ok(None);\n        }\n        let job_key",
+        "        if row.free_mark.is_none() || row.deletes_started_at_ms.is_some() {\n            return Ok(None);\n        }\n        let job_key",
+    ),
+    (
+        "a run skipped for one upload's replaced bytes is shared by another upload of them",
+        "issue 39 (found by the explorer: chained recipes)",
+        "src/handler/job/mod.rs",
+        "        } else if report.outcome == Outcome::Skipped {",
+        "        } else if report.outcome == Outcome::Skipped && false {",
+    ),
+    (
         "a failed run's job is given back as done",
         "issue 37, defect 1 (the finish)",
         "src/ledger/mod.rs",
