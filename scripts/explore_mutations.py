@@ -134,6 +134,13 @@ MUTATIONS = [
         "        } else if report.outcome == Outcome::Skipped && false {",
     ),
     (
+        "a takeover whose input is replaced deletes the row that names its files",
+        "issue 39 (found by the explorer: contention and crashes)",
+        "src/handler/job/mod.rs",
+        "            if claim.attempt > 1 || !outputs.files().is_empty() {",
+        "            if false && (claim.attempt > 1 || !outputs.files().is_empty()) {",
+    ),
+    (
         "a failed run's job is given back as done",
         "issue 37, defect 1 (the finish)",
         "src/ledger/mod.rs",

@@ -110,8 +110,10 @@ pub fn for_same_actor<F: std::future::Future>(
 /// ([`crate::explore`]) holds every call there until it chooses it.
 #[async_trait::async_trait]
 pub trait CallGate: Send + Sync + std::fmt::Debug {
-    /// Returns when `call` (on `key`) may go ahead.
-    async fn pass(&self, call: Call, key: &str);
+    /// Returns when `call` (on `key`) may go ahead: `None`, or the error
+    /// the service answers it with instead (a throttle or a transaction
+    /// conflict, by its code: the call has no effect).
+    async fn pass(&self, call: Call, key: &str) -> Option<String>;
 }
 
 /// Which calls fail, and how often. Rules are checked in the order they were
@@ -139,10 +141,12 @@ impl FaultPlan {
         }
     }
 
-    /// Waits at the gate, if there is one, before `call` on `key`.
-    pub async fn pass(&self, call: Call, key: &str) {
-        if let Some(gate) = &self.gate {
-            gate.pass(call, key).await;
+    /// Waits at the gate, if there is one, before `call` on `key`; the
+    /// error the gate answers the call with instead, if it does.
+    pub async fn pass(&self, call: Call, key: &str) -> Option<String> {
+        match &self.gate {
+            Some(gate) => gate.pass(call, key).await,
+            None => None,
         }
     }
 

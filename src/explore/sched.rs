@@ -18,7 +18,8 @@ pub struct Held {
     pub actor: u64,
     pub call: Call,
     pub key: String,
-    go: oneshot::Sender<()>,
+    /// Lets it go, or answers it with an error instead.
+    go: oneshot::Sender<Option<String>>,
 }
 
 #[derive(Debug, Default)]
@@ -59,8 +60,19 @@ impl Scheduler {
 
     /// Lets the call with `ticket` go ahead.
     pub fn release(&self, ticket: u64) -> Option<Held> {
+        self.answer(ticket, None)
+    }
+
+    /// Answers the call with `ticket` with `error` (a contention code the
+    /// service would answer it with under load) instead of letting it go:
+    /// it has no effect, and its caller retries it or gives up.
+    pub fn refuse(&self, ticket: u64, error: &str) -> Option<Held> {
+        self.answer(ticket, Some(error.to_string()))
+    }
+
+    fn answer(&self, ticket: u64, error: Option<String>) -> Option<Held> {
         let held = self.state().held.remove(&ticket)?;
-        let _ = held.go.send(());
+        let _ = held.go.send(error);
         // The sender is spent; the rest of `Held` says what went.
         Some(Held {
             go: oneshot::channel().0,
@@ -80,10 +92,10 @@ impl Scheduler {
 
 #[async_trait::async_trait]
 impl CallGate for Scheduler {
-    async fn pass(&self, call: Call, key: &str) {
+    async fn pass(&self, call: Call, key: &str) -> Option<String> {
         let actor = ACTOR.try_with(|a| *a).unwrap_or(0);
         if actor == 0 {
-            return;
+            return None;
         }
         let (go, wait) = oneshot::channel();
         let crashed = {
@@ -107,11 +119,12 @@ impl CallGate for Scheduler {
             crashed
         };
         if crashed {
-            return std::future::pending::<()>().await;
+            return std::future::pending().await;
         }
         // A dropped sender (its actor crashed) never resumes it.
-        if wait.await.is_err() {
-            std::future::pending::<()>().await;
+        match wait.await {
+            Ok(answer) => answer,
+            Err(_) => std::future::pending().await,
         }
     }
 }

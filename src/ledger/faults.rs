@@ -86,7 +86,7 @@ impl FaultyTable {
         operation: &'static str,
         job_key: &str,
     ) -> Result<(), LedgerError> {
-        self.plan.pass(call, job_key).await;
+        let refused = self.plan.pass(call, job_key).await;
         if let Some((held, pause)) = &self.pause {
             if *held == call
                 && pause.seen.fetch_add(1, Ordering::SeqCst) == pause.nth.load(Ordering::SeqCst)
@@ -95,26 +95,37 @@ impl FaultyTable {
                 pause.resume.notified().await;
             }
         }
-        self.check(call, operation, job_key)
+        match refused {
+            Some(message) => Err(self.error(operation, message)),
+            None => self.check(call, operation, job_key),
+        }
     }
 
     fn check(&self, call: Call, operation: &'static str, job_key: &str) -> Result<(), LedgerError> {
         match self.plan.check(call, job_key) {
-            // A planned error named for a contention code is that
-            // contention (retried in-process, as DynamoDB's would be).
-            Some(message) if contention(&message).is_some() => Err(LedgerError::Contended {
-                operation,
-                table: self.inner.name().to_string(),
-                contention: contention(&message).unwrap_or(Contention::Throttled),
-            }),
-            Some(message) => Err(LedgerError::Service {
-                operation,
-                table: self.inner.name().to_string(),
-                message,
-                // It stands for a throttle or a 5xx after the SDK's retries.
-                kind: crate::error::ErrorKind::Transient,
-            }),
+            Some(message) => Err(self.error(operation, message)),
             None => Ok(()),
+        }
+    }
+
+    /// The error a planned (or gated) `message` stands for: one named for
+    /// a contention code is that contention (retried in-process, as
+    /// DynamoDB's would be); any other stands for a throttle or a 5xx after
+    /// the SDK's retries.
+    fn error(&self, operation: &'static str, message: String) -> LedgerError {
+        let table = self.inner.name().to_string();
+        match contention(&message) {
+            Some(contention) => LedgerError::Contended {
+                operation,
+                table,
+                contention,
+            },
+            None => LedgerError::Service {
+                operation,
+                table,
+                message,
+                kind: crate::error::ErrorKind::Transient,
+            },
         }
     }
 }

@@ -43,6 +43,9 @@ pub struct ExploreArgs {
     /// or either.
     #[arg(long, default_value = "either")]
     skew_beyond_margin: String,
+    /// DynamoDB throttles and transaction conflicts: yes, no or either.
+    #[arg(long, default_value = "either")]
+    contention: String,
     /// Print each run's report as one JSON line.
     #[arg(long)]
     json: bool,
@@ -77,13 +80,14 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
             "explore: --{flag} must be yes, no or either, not {other:?}"
         )),
     };
-    let (chained, teardown, skew_beyond_margin) = match (
+    let (chained, teardown, skew_beyond_margin, contention) = match (
         choice("chained", &args.chained),
         choice("teardown", &args.teardown),
         choice("skew-beyond-margin", &args.skew_beyond_margin),
+        choice("contention", &args.contention),
     ) {
-        (Ok(c), Ok(t), Ok(s)) => (c, t, s),
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return fail(e),
+        (Ok(c), Ok(t), Ok(s), Ok(n)) => (c, t, s, n),
+        (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => return fail(e),
     };
     let first = args.seed.unwrap_or_else(|| fastrand::u64(..));
     let started = Instant::now();
@@ -101,6 +105,7 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
             chained,
             teardown,
             skew_beyond_margin,
+            contention,
         });
         steps += report.steps;
         if args.json {

@@ -16,7 +16,7 @@ use super::check::{self, LiveObject, Snapshot, OUTPUT_PREFIX};
 use super::probe::{ExploreProbe, SkewedClock, INJECTED_FAILURE};
 use super::sched::{Scheduler, ACTOR};
 use crate::config::Config;
-use crate::faults::FaultPlan;
+use crate::faults::{Call, FaultPlan};
 use crate::handler::{handle_batch, App, BatchReport, Invocation};
 use crate::ledger::faults::FaultyTable;
 use crate::ledger::memory::InMemoryTable;
@@ -76,6 +76,11 @@ pub struct ExploreOptions {
     /// a wrong output). Otherwise every clock is within it. `None`: the
     /// seed chooses.
     pub skew_beyond_margin: Option<bool>,
+    /// DynamoDB under load: one ledger call in ten answered with a
+    /// throttle or a transaction conflict instead (no effect; the ledger
+    /// retries it, and gives up after its attempts). `None`: the seed
+    /// chooses.
+    pub contention: Option<bool>,
 }
 
 impl Default for ExploreOptions {
@@ -91,6 +96,7 @@ impl Default for ExploreOptions {
             chained: None,
             teardown: None,
             skew_beyond_margin: None,
+            contention: None,
         }
     }
 }
@@ -220,6 +226,7 @@ struct World {
     by_content: bool,
     teardown: bool,
     skew_beyond_margin: bool,
+    contention: bool,
     broken: Arc<Mutex<Vec<String>>>,
     messages: Vec<Message>,
     /// The live input objects, by name: the key, or in a versioned bucket
@@ -268,6 +275,7 @@ impl World {
         let skew_beyond_margin = options
             .skew_beyond_margin
             .unwrap_or_else(|| rng.u32(0..3) == 0);
+        let contention = options.contention.unwrap_or_else(|| rng.bool());
         let clock = SkewedClock::new(START_MS);
         let sched = Arc::new(Scheduler::default());
         let table = Arc::new(InMemoryTable::new("jobs"));
@@ -329,6 +337,7 @@ impl World {
             by_content,
             teardown,
             skew_beyond_margin,
+            contention,
             chained_recipe_hash,
             report: ExploreReport {
                 options: options.clone(),
@@ -339,6 +348,7 @@ impl World {
                     ("chained", chained),
                     ("teardown", teardown),
                     ("skew_beyond_margin", skew_beyond_margin),
+                    ("contention", contention),
                 ]),
                 steps: 0,
                 actions: BTreeMap::new(),
@@ -383,6 +393,34 @@ impl World {
                 }
             }
         }
+    }
+
+    /// Whether DynamoDB, under load, answers a ledger call with a
+    /// contention error instead: its code.
+    fn refusal(&mut self, call: Call) -> Option<&'static str> {
+        let ledger = !matches!(
+            call,
+            Call::ListObjects
+                | Call::DeleteObjects
+                | Call::HeadObject
+                | Call::GetObject
+                | Call::PutObject
+                | Call::CopyObject
+        );
+        if !self.contention || !ledger || self.rng.u32(0..10) != 0 {
+            return None;
+        }
+        // Reads are throttled; a write may also meet a transaction holding
+        // its item.
+        let write = !matches!(
+            call,
+            Call::GetRow | Call::GetInputHash | Call::GetRefs | Call::QueryRefs
+        );
+        Some(if write && self.rng.bool() {
+            "TransactionConflictException"
+        } else {
+            "ThrottlingException"
+        })
     }
 
     /// A new worker's clock: within the skew DESIGN.md allows of the
@@ -456,8 +494,16 @@ impl World {
         match choice {
             0 => {
                 let (ticket, actor, call, key) = held[self.rng.usize(0..held.len())].clone();
-                self.sched.release(ticket);
-                self.act("release", actor, format!("{call:?} {key}"));
+                match self.refusal(call) {
+                    Some(code) => {
+                        self.sched.refuse(ticket, code);
+                        self.act("refuse", actor, format!("{call:?} {key}: {code}"));
+                    }
+                    None => {
+                        self.sched.release(ticket);
+                        self.act("release", actor, format!("{call:?} {key}"));
+                    }
+                }
             }
             1 => self.invoke(),
             2 => self.user(),

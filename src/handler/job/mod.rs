@@ -286,6 +286,27 @@ impl<'a> JobRun<'a> {
                 input.object(),
                 input.head.etag
             );
+            // Released (the row deleted) only when nothing can be under the
+            // job's prefix: a first claim whose run wrote nothing. A takeover
+            // (of a run that died, or of a collection that stopped, whose
+            // files are all still there) or a run that wrote files finishes
+            // failed instead, so that the row keeps its files tracked: the
+            // next claim runs the job again, or the sweep collects it once
+            // no version references it. Deleting the row left them under a
+            // prefix no row names, for good (found by the explorer).
+            if claim.attempt > 1 || !outputs.files().is_empty() {
+                let error = StepError::Failed(why.clone());
+                return match finish(&app.ledger, claim, Some(error), app.now_ms()).await {
+                    Ok(()) | Err(FinishError::LostLease(_)) => {
+                        report.of(Outcome::Skipped, claim.attempt, Some(why))
+                    }
+                    Err(err) => report.of(
+                        Outcome::Failed,
+                        claim.attempt,
+                        Some(format!("{why}; finishing the claim failed: {err}")),
+                    ),
+                };
+            }
             return match app.ledger.release(claim).await {
                 // Released, or taken over meanwhile (the successor's run stands).
                 Ok(()) | Err(FinishError::LostLease(_)) => {

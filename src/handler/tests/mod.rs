@@ -736,3 +736,69 @@ async fn a_run_skipped_for_one_uploads_replaced_bytes_runs_again_for_the_other()
     let row = app.ledger.get(&job).await.unwrap().expect("the job's row");
     assert_eq!(row.status, JobStatus::Done);
 }
+
+/// A collection that stopped leaves its row `collecting` with every file
+/// still under the job's prefix; the claim that takes it over (attempt 2)
+/// finds its input replaced while it reads it. The row is finished failed,
+/// not deleted: deleted, it left those files under a prefix no row names,
+/// for good. Found by the explorer (issue 39).
+#[tokio::test]
+async fn a_takeover_whose_input_is_replaced_keeps_the_row_that_names_its_files() {
+    use crate::faults::{Call, FaultPlan};
+    let steps = StepRegistry::builtin();
+    let vars = HashMap::from([
+        ("MEDIAONCE_TABLE", "jobs"),
+        ("MEDIAONCE_OUTPUT_BUCKET", "out"),
+        ("MEDIAONCE_IDENTITY", "content"),
+        (
+            "MEDIAONCE_RECIPES",
+            r#"[{"name":"probe","step":"probe","version":1,"params":{}}]"#,
+        ),
+    ]);
+    let config = Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
+    let objects = InMemoryObjects::new();
+    let table = Arc::new(InMemoryTable::new("jobs"));
+    let bytes = png(5);
+    let etag = objects.insert("in", "a.png", &bytes, false);
+    objects.insert("in", "b.png", &bytes, false);
+    // b.png's first read keys it; before the probe's own read, another
+    // writer replaces it.
+    let plan = Arc::new(FaultPlan::new());
+    plan.overwrite_before(Call::GetObject, "b.png", 1, &png(6));
+    let app = Arc::new(App::new(
+        config,
+        Ledger::new(crate::ledger::faults::FaultyTable::over(
+            table.clone(),
+            Arc::new(FaultPlan::new()),
+        )),
+        ObjectStore::new(crate::store::faults::FaultyObjects::new(
+            objects.clone(),
+            plan,
+        )),
+        Queue::new(Arc::new(RecordingQueue::default())),
+    ));
+    let ran = handle(&app, vec![message("1", "a.png", &etag)]).await;
+    assert_eq!(ran.jobs().next().unwrap().outcome, Outcome::Ran);
+    let job = job_key(&sha256_hex(&bytes), &app.config.recipes[0].recipe_hash);
+    let files = objects.keys("out", &format!("derived/{job}/"));
+    assert!(!files.is_empty());
+
+    // A collection began and stopped before its deletes; its lease passed.
+    let mut row = app.ledger.get(&job).await.unwrap().unwrap();
+    row.collected_from = Some(row.status);
+    row.status = JobStatus::Collecting;
+    row.owner = "collector-gone".into();
+    row.lease_until_ms = app.now_ms();
+    table.insert(row);
+
+    let report = handle(&app, vec![message("2", "b.png", &etag)]).await;
+    let skipped = report.jobs().next().unwrap();
+    assert_eq!(
+        (skipped.outcome, skipped.attempt),
+        (Outcome::Skipped, 2),
+        "{report:?}"
+    );
+    let row = app.ledger.get(&job).await.unwrap().expect("the row stays");
+    assert_eq!(row.status, JobStatus::Failed);
+    assert_eq!(objects.keys("out", &format!("derived/{job}/")), files);
+}
