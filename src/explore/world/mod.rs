@@ -37,6 +37,8 @@ const QUEUE_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:explored";
 const FUNCTION_TIMEOUT_MS: u64 = 120_000;
 const VISIBILITY_MS: u64 = 720_000;
 const MAX_RECEIVES: u32 = 5;
+/// How long a `refs rebuild` may run before the explorer stops it.
+const REBUILD_MS: u64 = 900_000;
 const START_MS: u64 = 1_800_000_000_000;
 /// The skew DESIGN.md allows between any two workers' clocks: the lease
 /// margin (`MEDIAONCE_LEASE_MARGIN_SECS`' default).
@@ -208,7 +210,9 @@ enum Running {
     /// An invocation, and when it started (the explorer's action count):
     /// every call it makes comes after what was written before.
     Invocation(JoinHandle<BatchReport>, u64),
-    Sweep(JoinHandle<()>),
+    /// A sweep or a `refs rebuild`: what it returns the invariants read
+    /// from the world.
+    Task(JoinHandle<()>),
 }
 
 struct World {
@@ -507,6 +511,7 @@ impl World {
             }
             1 => self.invoke(),
             2 => self.user(),
+            3 if self.rng.u32(0..3) == 0 => self.rebuild(),
             3 => self.sweep(),
             4 => {
                 let actors: Vec<u64> = self.actors.keys().copied().collect();
@@ -534,7 +539,7 @@ impl World {
                 .iter()
                 .filter(|(_, a)| match a {
                     Running::Invocation(h, _) => h.is_finished(),
-                    Running::Sweep(h) => h.is_finished(),
+                    Running::Task(h) => h.is_finished(),
                 })
                 .map(|(id, _)| *id)
                 .collect();
@@ -546,7 +551,7 @@ impl World {
                             self.invoked(*id, started, &report);
                         }
                     }
-                    Some(Running::Sweep(handle)) => {
+                    Some(Running::Task(handle)) => {
                         let _ = handle.await;
                     }
                     None => {}
@@ -775,10 +780,31 @@ impl World {
         let handle = tokio::spawn(ACTOR.scope(actor, async move {
             let _ = app.collect_due(false).await;
         }));
-        self.actors.insert(actor, Running::Sweep(handle));
+        self.actors.insert(actor, Running::Task(handle));
         self.deadlines
             .insert(actor, self.now() + FUNCTION_TIMEOUT_MS);
         self.act("sweep", actor, format!("sweep, clock {skew:+} ms"));
+    }
+
+    /// `mediaonce refs rebuild` of one key, outside Lambda: it walks the
+    /// key's versions and brings each one's references in line with S3.
+    /// A process outside Lambda marks a release again once its monotonic
+    /// clock says ten minutes passed (`REMARK_AFTER`), which the explorer's
+    /// clock jumps cannot move: the explorer stops it at fifteen minutes,
+    /// inside the mark's settle time, the case that argument covers.
+    fn rebuild(&mut self) {
+        self.next_actor += 1;
+        let actor = self.next_actor;
+        let skew = self.skew(actor);
+        let key = format!("k{}", self.rng.u32(0..self.options.keys));
+        let app = self.app.clone();
+        let prefix = key.clone();
+        let handle = tokio::spawn(ACTOR.scope(actor, async move {
+            let _ = app.rebuild_refs(BUCKET, &prefix, false, |_| {}).await;
+        }));
+        self.actors.insert(actor, Running::Task(handle));
+        self.deadlines.insert(actor, self.now() + REBUILD_MS);
+        self.act("rebuild", actor, format!("refs rebuild {key}, clock {skew:+} ms"));
     }
 
     /// The clock moves on by `ms`; an invocation whose deadline passes is
