@@ -26,8 +26,8 @@ MUTATIONS = [
         "the collector deletes what a version references",
         "references issue (collector and adder)",
         "src/handler/collect.rs",
-        "if row.free_mark.is_none() || row.deletes_started_at_ms.is_some() {",
-        "if row.free_mark.is_none() || row.deletes_started_at_ms.is_some() || true {",
+        "        if row.deletes_started_at_ms.is_some() {\n            return Ok(None);\n        }\n        let job_key",
+        "        if row.deletes_started_at_ms.is_some() || true {\n            return Ok(None);\n        }\n        let job_key",
     ),
     (
         "a collection hands a job that never finished back as done",

@@ -29,6 +29,9 @@ pub struct LiveObject {
     /// faults (its receives spent on crashes and injected failures): its
     /// pipeline may stop where that left it, until an operator redrives.
     pub dead_lettered: bool,
+    /// A create of it was sent under the configuration in force (its
+    /// upload, or a backfill): its pipeline under it must end.
+    pub configured: bool,
     /// The content its bytes are (the world's own numbering).
     pub content: u32,
 }
@@ -114,7 +117,7 @@ pub fn at_quiescence(s: &Snapshot<'_>) -> Result<(), Broken> {
         ));
     }
     let rows: BTreeMap<&str, &JobRow> = s.rows.iter().map(|r| (r.job_key.as_str(), r)).collect();
-    for live in s.live.iter().filter(|l| !l.dead_lettered) {
+    for live in s.live.iter().filter(|l| l.configured && !l.dead_lettered) {
         // A pipeline ends at its first job failed for good: the jobs after
         // it are never keyed.
         for job in &live.jobs {

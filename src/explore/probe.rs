@@ -82,14 +82,15 @@ pub const INJECTED_FAILURE: &str = "an injected transient failure";
 /// checks, as it starts, that its job's row holds a live claim (no step
 /// runs for a job another owner holds, or nobody does). One run in eight
 /// fails, as a throttled PUT or a killed encoder would (retryable).
+#[derive(Clone)]
 pub struct ExploreProbe {
     pub table: Arc<InMemoryTable>,
     pub clock: SkewedClock,
     pub broken: Arc<Mutex<Vec<String>>>,
     pub rng: Arc<Mutex<fastrand::Rng>>,
     /// Runs in progress, by job: each one's lease as its run began.
-    pub running: Mutex<BTreeMap<String, Vec<(u64, u64)>>>,
-    pub runs: AtomicU64,
+    pub running: Arc<Mutex<BTreeMap<String, Vec<(u64, u64)>>>>,
+    pub runs: Arc<AtomicU64>,
 }
 
 impl ExploreProbe {

@@ -5,29 +5,26 @@
 //! delete, start a sweep, crash an actor, or move the clock.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
-use super::check::{self, LiveObject, Snapshot, OUTPUT_PREFIX};
+use super::check::{self, LiveObject, Snapshot};
 use super::probe::{ExploreProbe, SkewedClock, INJECTED_FAILURE};
 use super::sched::{Scheduler, ACTOR};
-use crate::config::Config;
 use crate::faults::{Call, FaultPlan};
 use crate::handler::{handle_batch, App, BatchReport, Invocation};
-use crate::ledger::faults::FaultyTable;
 use crate::ledger::memory::InMemoryTable;
-use crate::ledger::{JobStatus, Ledger, RetryPolicy};
-use crate::queue::{Queue, RecordingQueue};
-use crate::steps::StepRegistry;
-use crate::store::faults::FaultyObjects;
+use crate::ledger::JobStatus;
+use crate::queue::RecordingQueue;
 use crate::store::memory::InMemoryObjects;
-use crate::store::ObjectStore;
 
+mod deploy;
 mod users;
+
+use deploy::Deployment;
 
 const BUCKET: &str = "in";
 const OUT: &str = "out";
@@ -190,6 +187,13 @@ struct Object {
     /// Its key, and its version id in a versioned bucket.
     key: String,
     version: Option<String>,
+    /// Its bytes, and the hash the handler keys them by.
+    bytes: Vec<u8>,
+    input_hash: String,
+    /// A create of it was sent under the configuration deployed (its
+    /// upload, or a backfill since): its pipeline must end. An older
+    /// version a backfill does not list keeps its old recipes' jobs.
+    configured: bool,
     /// The jobs its bytes key to, as the handler keys them: the root
     /// recipe's, then the chained one's.
     jobs: Vec<String>,
@@ -207,9 +211,10 @@ struct Object {
 }
 
 enum Running {
-    /// An invocation, and when it started (the explorer's action count):
-    /// every call it makes comes after what was written before.
-    Invocation(JoinHandle<BatchReport>, u64),
+    /// An invocation, when it started (the explorer's action count: every
+    /// call it makes comes after what was written before), and the
+    /// configuration it runs (the deployment's generation).
+    Invocation(JoinHandle<BatchReport>, u64, u64),
     /// A sweep or a `refs rebuild`: what it returns the invariants read
     /// from the world.
     Task(JoinHandle<()>),
@@ -224,8 +229,10 @@ struct World {
     objects: Arc<InMemoryObjects>,
     queue: Arc<RecordingQueue>,
     app: Arc<App>,
-    recipe_hash: String,
-    chained_recipe_hash: Option<String>,
+    /// The configuration deployed, and what every deployment's app is
+    /// built over.
+    deployment: Deployment,
+    parts: deploy::Parts,
     bucket: Bucket,
     by_content: bool,
     teardown: bool,
@@ -289,52 +296,31 @@ impl World {
         }
         let queue = Arc::new(RecordingQueue::default());
         let broken = Arc::new(Mutex::new(Vec::new()));
-        let mut steps = StepRegistry::builtin();
-        steps.register(ExploreProbe {
+        let probe = ExploreProbe {
             table: table.clone(),
             clock: clock.clone(),
             broken: broken.clone(),
             rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(options.seed ^ 0x9e37))),
-            running: Mutex::default(),
-            runs: AtomicU64::new(0),
-        });
-        let mut recipes = vec![serde_json::json!({"name": "probe", "step": "explore-probe",
-            "version": 1, "params": {}})];
-        if chained {
-            recipes.push(
-                serde_json::json!({"name": "probe-next", "step": "explore-probe",
-                "version": 2, "params": {}, "input": {"recipe": "probe", "file": "out.bin"}}),
-            );
-        }
-        let recipes = Value::Array(recipes);
-        let vars: BTreeMap<&str, String> = BTreeMap::from([
-            ("MEDIAONCE_TABLE", "jobs".to_string()),
-            ("MEDIAONCE_OUTPUT_BUCKET", OUT.to_string()),
-            ("MEDIAONCE_OUTPUT_PREFIX", OUTPUT_PREFIX.to_string()),
-            ("MEDIAONCE_RECIPES", recipes.to_string()),
-            ("MEDIAONCE_METRICS", "off".to_string()),
-            ("MEDIAONCE_CONCURRENCY", "2".to_string()),
-            ("MEDIAONCE_GC_GRACE_SECS", options.gc_grace_secs.to_string()),
-            // Keyed by content always, or as `auto` keys them.
-            (
-                "MEDIAONCE_IDENTITY",
-                if by_content { "content" } else { "auto" }.to_string(),
-            ),
-        ]);
-        let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps)
-            .expect("the explorer's configuration");
-        let recipe_hash = config.recipes[0].recipe_hash.clone();
-        let chained_recipe_hash = config.recipes.get(1).map(|r| r.recipe_hash.clone());
-        let plan = Arc::new(FaultPlan::gated(sched.clone()));
-        let app = App::new(
-            config,
-            Ledger::new(FaultyTable::over(table.clone(), plan.clone()))
-                .with_retry(RetryPolicy::immediate()),
-            ObjectStore::new(FaultyObjects::new(objects.clone(), plan)),
-            Queue::new(queue.clone()),
-        )
-        .with_clock(clock.clone())
-        .with_seed(options.seed);
+            running: Arc::default(),
+            runs: Arc::default(),
+        };
+        let parts = deploy::Parts {
+            table: table.clone(),
+            objects: objects.clone(),
+            queue: queue.clone(),
+            plan: Arc::new(FaultPlan::gated(sched.clone())),
+            clock: clock.clone(),
+            probe,
+            gc_grace_secs: options.gc_grace_secs,
+            by_content,
+            seed: options.seed,
+        };
+        let deployment = Deployment {
+            root_version: 1,
+            chained_version: chained.then_some(1),
+            generation: 0,
+        };
+        let app = parts.app(&deployment);
         World {
             rng,
             bucket,
@@ -342,7 +328,8 @@ impl World {
             teardown,
             skew_beyond_margin,
             contention,
-            chained_recipe_hash,
+            deployment,
+            parts,
             report: ExploreReport {
                 options: options.clone(),
                 world: BTreeMap::from([
@@ -370,7 +357,6 @@ impl World {
             objects,
             queue,
             app: Arc::new(app),
-            recipe_hash,
             broken,
             messages: Vec::new(),
             inputs: BTreeMap::new(),
@@ -512,6 +498,9 @@ impl World {
             1 => self.invoke(),
             2 => self.user(),
             3 if self.rng.u32(0..3) == 0 => self.rebuild(),
+            3 if self.deployment.generation < 3 && self.rng.u32(0..12) == 0 => {
+                self.change_configuration()
+            }
             3 => self.sweep(),
             4 => {
                 let actors: Vec<u64> = self.actors.keys().copied().collect();
@@ -538,7 +527,7 @@ impl World {
                 .actors
                 .iter()
                 .filter(|(_, a)| match a {
-                    Running::Invocation(h, _) => h.is_finished(),
+                    Running::Invocation(h, ..) => h.is_finished(),
                     Running::Task(h) => h.is_finished(),
                 })
                 .map(|(id, _)| *id)
@@ -546,9 +535,9 @@ impl World {
             for id in &finished {
                 self.deadlines.remove(id);
                 match self.actors.remove(id) {
-                    Some(Running::Invocation(handle, started)) => {
+                    Some(Running::Invocation(handle, started, generation)) => {
                         if let Ok(report) = handle.await {
-                            self.invoked(*id, started, &report);
+                            self.invoked(*id, (started, generation), &report);
                         }
                     }
                     Some(Running::Task(handle)) => {
@@ -623,7 +612,10 @@ impl World {
         let handle = tokio::spawn(ACTOR.scope(actor, handle_batch(app, event, invocation)));
         let started = self.report.steps;
         self.actors
-            .insert(actor, Running::Invocation(handle, started));
+            .insert(
+                actor,
+                Running::Invocation(handle, started, self.deployment.generation),
+            );
         self.deadlines.insert(actor, now + FUNCTION_TIMEOUT_MS);
         self.act(
             "invoke",
@@ -634,7 +626,7 @@ impl World {
 
     /// A finished invocation: acknowledged messages deleted, the others
     /// back after their delay or visibility, or to the dead-letter queue.
-    fn invoked(&mut self, actor: u64, started: u64, report: &BatchReport) {
+    fn invoked(&mut self, actor: u64, (started, generation): (u64, u64), report: &BatchReport) {
         let failed: Vec<String> = report
             .response()
             .batch_item_failures
@@ -741,6 +733,7 @@ impl World {
             );
             for live in self.inputs.values_mut() {
                 if started > live.written
+                    && generation == self.deployment.generation
                     && key == Some(live.key.as_str())
                     && etag == Some(live.etag.as_str())
                     && version == live.version.as_deref()
@@ -865,6 +858,7 @@ impl World {
                 promised: object.promised,
                 chained_done: object.chained_done,
                 dead_lettered: object.dead_lettered,
+                configured: object.configured,
                 content: object.content,
             })
             .collect();

@@ -6,10 +6,8 @@
 
 use super::{Bucket, Object, World, BUCKET};
 use crate::event::{created_notification, marker_notification, removed_notification};
-use crate::key::{job_key, sha256_hex};
+use crate::key::sha256_hex;
 use crate::store::{ObjectClient, ObjectRef};
-
-use super::super::probe::output_of;
 
 impl World {
     /// One user action on one of the keys.
@@ -38,7 +36,7 @@ impl World {
     }
 
     /// The live object the key shows now: its name in `inputs`.
-    fn current_of(&self, key: &str) -> Option<String> {
+    pub(super) fn current_of(&self, key: &str) -> Option<String> {
         match self.bucket {
             Bucket::Versioned => {
                 let version = self.objects.current_version(BUCKET, key)?;
@@ -91,13 +89,7 @@ impl World {
                 _ => sha256_hex(&bytes),
             }
         };
-        // The chained job is keyed by the SHA-256 the root job's manifest
-        // records for its output, a function of the bytes.
-        let root = job_key(&input_hash, &self.recipe_hash);
-        let mut jobs = vec![root];
-        if let Some(chained) = &self.chained_recipe_hash {
-            jobs.push(job_key(&sha256_hex(&output_of(&bytes)), chained));
-        }
+        let jobs = self.jobs_of(&input_hash, &bytes);
         let name = match &version {
             Some(version) => format!("{key}@{version}"),
             None => key.clone(),
@@ -121,6 +113,9 @@ impl World {
             Object {
                 key: key.clone(),
                 version: version.clone(),
+                bytes: bytes.clone(),
+                input_hash,
+                configured: true,
                 jobs,
                 content,
                 etag: etag.clone(),
