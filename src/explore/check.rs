@@ -67,8 +67,17 @@ pub fn every_step(s: &Snapshot<'_>) -> Result<(), Broken> {
         files_of(s, &row.job_key).map_err(|e| ("a done job has its files", e))?;
     }
     let rows: BTreeMap<&str, &JobRow> = s.rows.iter().map(|r| (r.job_key.as_str(), r)).collect();
-    for live in s.live.iter().filter(|l| l.promised) {
+    for live in s.live.iter().filter(|l| l.promised || l.chained_done) {
         for (stage, job) in live.jobs.iter().enumerate() {
+            // The root job is promised with the create; the chained one
+            // once done (or, the same bytes again, carried over).
+            if !(if stage == 0 {
+                live.promised
+            } else {
+                live.chained_done || live.promised
+            }) {
+                continue;
+            }
             let broken = |what: String| {
                 Err((
                     "no output a live version was promised is deleted",

@@ -43,9 +43,11 @@ impl Deployment {
         let mut recipes = vec![serde_json::json!({"name": "probe", "step": "explore-probe",
             "version": self.root_version, "params": {}})];
         if let Some(version) = self.chained_version {
-            recipes.push(serde_json::json!({"name": "probe-next", "step": "explore-probe",
+            recipes.push(
+                serde_json::json!({"name": "probe-next", "step": "explore-probe",
                 "version": version, "params": {},
-                "input": {"recipe": "probe", "file": "out.bin"}}));
+                "input": {"recipe": "probe", "file": "out.bin"}}),
+            );
         }
         Value::Array(recipes)
     }
@@ -102,6 +104,19 @@ impl Parts {
     }
 }
 
+/// The jobs of bytes under recipes whose hashes are `(root, chained)`.
+fn jobs_under(
+    (root, chained): (String, Option<String>),
+    input_hash: &str,
+    bytes: &[u8],
+) -> Vec<String> {
+    let mut jobs = vec![job_key(input_hash, &root)];
+    if let Some(chained) = chained {
+        jobs.push(job_key(&sha256_hex(&output_of(bytes)), &chained));
+    }
+    jobs
+}
+
 impl World {
     /// The recipes' hashes under the deployed configuration: the root's,
     /// and the chained one's.
@@ -117,12 +132,17 @@ impl World {
     /// deployed configuration: the root's, then the chained one's, keyed
     /// by the SHA-256 of the root's output.
     pub(super) fn jobs_of(&self, input_hash: &str, bytes: &[u8]) -> Vec<String> {
-        let (root, chained) = self.recipe_hashes();
-        let mut jobs = vec![job_key(input_hash, &root)];
-        if let Some(chained) = chained {
-            jobs.push(job_key(&sha256_hex(&output_of(bytes)), &chained));
-        }
-        jobs
+        jobs_under(self.recipe_hashes(), input_hash, bytes)
+    }
+
+    /// The jobs they key to under any configuration deployed so far: an
+    /// invocation that began under an earlier one keys what it reads by
+    /// that one's recipes.
+    pub(super) fn jobs_ever(&self, input_hash: &str, bytes: &[u8]) -> Vec<String> {
+        self.deployed
+            .iter()
+            .flat_map(|hashes| jobs_under(hashes.clone(), input_hash, bytes))
+            .collect()
     }
 
     /// An operator's change: a recipe's version bumped, or a chained
@@ -149,6 +169,8 @@ impl World {
         };
         self.app = Arc::new(self.parts.app(&next));
         self.deployment = next;
+        let hashes = self.recipe_hashes();
+        self.deployed.push(hashes);
         self.act(
             "configure",
             0,
@@ -158,7 +180,7 @@ impl World {
         for name in names {
             let object = &self.inputs[&name];
             let jobs = self.jobs_of(&object.input_hash, &object.bytes);
-            for job in &jobs {
+            for job in self.jobs_ever(&object.input_hash, &object.bytes) {
                 self.keyed
                     .entry(job.clone())
                     .or_default()
@@ -169,6 +191,7 @@ impl World {
             object.promised = false;
             object.chained_done = false;
             object.configured = false;
+            object.generation = self.deployment.generation;
         }
         self.backfill();
     }
@@ -192,10 +215,7 @@ impl World {
                 Some(&object.etag),
                 Some(object.bytes.len() as u64),
             );
-            self.inputs
-                .get_mut(&name)
-                .expect("listed")
-                .configured = true;
+            self.inputs.get_mut(&name).expect("listed").configured = true;
             self.enqueue(body, 0);
         }
     }

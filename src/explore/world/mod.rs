@@ -194,6 +194,8 @@ struct Object {
     /// upload, or a backfill since): its pipeline must end. An older
     /// version a backfill does not list keeps its old recipes' jobs.
     configured: bool,
+    /// The deployment its jobs were keyed under.
+    generation: u64,
     /// The jobs its bytes key to, as the handler keys them: the root
     /// recipe's, then the chained one's.
     jobs: Vec<String>,
@@ -233,6 +235,8 @@ struct World {
     /// built over.
     deployment: Deployment,
     parts: deploy::Parts,
+    /// Every deployment's recipe hashes (root, chained), in order.
+    deployed: Vec<(String, Option<String>)>,
     bucket: Bucket,
     by_content: bool,
     teardown: bool,
@@ -321,6 +325,10 @@ impl World {
             generation: 0,
         };
         let app = parts.app(&deployment);
+        let deployed = vec![(
+            app.config.recipes[0].recipe_hash.clone(),
+            app.config.recipes.get(1).map(|r| r.recipe_hash.clone()),
+        )];
         World {
             rng,
             bucket,
@@ -330,6 +338,7 @@ impl World {
             contention,
             deployment,
             parts,
+            deployed,
             report: ExploreReport {
                 options: options.clone(),
                 world: BTreeMap::from([
@@ -375,7 +384,7 @@ impl World {
     fn observe(&mut self) {
         let rows = self.table.job_rows();
         for object in self.inputs.values_mut() {
-            if object.promised && !object.chained_done {
+            if object.promised && !object.chained_done && object.configured {
                 if let Some(chained) = object.jobs.get(1) {
                     object.chained_done = rows
                         .iter()
@@ -459,14 +468,16 @@ impl World {
             .iter()
             .filter(|m| m.holder.is_none() && m.visible_at <= self.now())
             .count();
-        // Weights: held calls most, so that runs make progress.
+        // Weights: held calls most, so that runs make progress; a crash
+        // a third as often as a sweep, so that most work gets somewhere
+        // (promised outputs, chained jobs) before the next one.
         let choices: [(u32, u8); 6] = [
-            (if held.is_empty() { 0 } else { 12 }, 0),
-            (if visible > 0 { 3 } else { 0 }, 1),
-            (3, 2),
-            (1, 3),
+            (if held.is_empty() { 0 } else { 36 }, 0),
+            (if visible > 0 { 9 } else { 0 }, 1),
+            (8, 2),
+            (3, 3),
             (if self.actors.is_empty() { 0 } else { 1 }, 4),
-            (1, 5),
+            (3, 5),
         ];
         let total: u32 = choices.iter().map(|(w, _)| w).sum();
         let mut pick = self.rng.u32(0..total);
@@ -611,11 +622,10 @@ impl World {
         names.push(format!("clock {skew:+} ms"));
         let handle = tokio::spawn(ACTOR.scope(actor, handle_batch(app, event, invocation)));
         let started = self.report.steps;
-        self.actors
-            .insert(
-                actor,
-                Running::Invocation(handle, started, self.deployment.generation),
-            );
+        self.actors.insert(
+            actor,
+            Running::Invocation(handle, started, self.deployment.generation),
+        );
         self.deadlines.insert(actor, now + FUNCTION_TIMEOUT_MS);
         self.act(
             "invoke",
@@ -797,7 +807,11 @@ impl World {
         }));
         self.actors.insert(actor, Running::Task(handle));
         self.deadlines.insert(actor, self.now() + REBUILD_MS);
-        self.act("rebuild", actor, format!("refs rebuild {key}, clock {skew:+} ms"));
+        self.act(
+            "rebuild",
+            actor,
+            format!("refs rebuild {key}, clock {skew:+} ms"),
+        );
     }
 
     /// The clock moves on by `ms`; an invocation whose deadline passes is

@@ -58,11 +58,18 @@ impl World {
     }
 
     fn upload(&mut self, key: String) {
-        let content = self.rng.u32(0..self.options.contents);
+        // One upload in four to a live key sends its bytes again (a user
+        // uploading the same file twice, a sync tool), half of those in
+        // parts: the same bytes, another ETag.
+        let again = self
+            .current_of(&key)
+            .filter(|_| self.rng.u32(0..4) == 0)
+            .map(|name| self.inputs[&name].content);
+        let content = again.unwrap_or_else(|| self.rng.u32(0..self.options.contents));
         let bytes = format!("content {content}").into_bytes();
         let sha256 = self.rng.bool();
-        // Uploaded in parts: the same bytes, another ETag.
-        let etag = if self.rng.u32(0..4) == 0 {
+        let multipart = self.rng.u32(0..if again.is_some() { 2 } else { 4 }) == 0;
+        let etag = if multipart {
             self.objects.insert_multipart(BUCKET, &key, &bytes, sha256)
         } else {
             self.objects.insert(BUCKET, &key, &bytes, sha256)
@@ -94,20 +101,22 @@ impl World {
             Some(version) => format!("{key}@{version}"),
             None => key.clone(),
         };
-        for job in &jobs {
-            self.keyed
-                .entry(job.clone())
-                .or_default()
-                .insert(name.clone());
+        for job in self.jobs_ever(&input_hash, &bytes) {
+            self.keyed.entry(job).or_default().insert(name.clone());
         }
         // The same bytes again over the same version (another ETag,
-        // perhaps): what was promised stays promised, for a version's
-        // references of the same bytes only grow (DESIGN.md, "References").
-        let (promised, chained_done) = self
+        // perhaps): what was promised of the jobs they still key to stays
+        // promised, for a version's references of the same bytes only
+        // grow (DESIGN.md, "References"). Keyed by version and ETag, the
+        // root job is another, and the chained one (keyed by the root's
+        // output) the same.
+        let was = self
             .inputs
             .get(&name)
-            .filter(|was| was.jobs == jobs)
-            .map_or((false, false), |was| (was.promised, was.chained_done));
+            .filter(|was| was.bytes == bytes && self.deployment.generation == was.generation);
+        let promised = was.is_some_and(|was| was.promised && was.jobs[0] == jobs[0]);
+        let chained_done =
+            was.is_some_and(|was| was.chained_done && was.jobs.get(1) == jobs.get(1));
         self.inputs.insert(
             name.clone(),
             Object {
@@ -116,6 +125,7 @@ impl World {
                 bytes: bytes.clone(),
                 input_hash,
                 configured: true,
+                generation: self.deployment.generation,
                 jobs,
                 content,
                 etag: etag.clone(),
@@ -125,7 +135,23 @@ impl World {
                 dead_lettered: false,
             },
         );
-        self.act("upload", 0, format!("upload {name} content {content}"));
+        let how = match (multipart, sha256) {
+            (true, true) => " (in parts, SHA-256)",
+            (true, false) => " (in parts)",
+            (false, true) => " (SHA-256)",
+            (false, false) => "",
+        };
+        let kept = match (promised, chained_done) {
+            (true, true) => ", its promise kept",
+            (false, true) => ", its chained job's promise kept",
+            (true, false) => ", its root job's promise kept",
+            (false, false) => "",
+        };
+        self.act(
+            "upload",
+            0,
+            format!("upload {name} content {content}{how}{kept}"),
+        );
         let size = bytes.len() as u64;
         self.notify(created_notification(
             BUCKET,
