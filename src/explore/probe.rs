@@ -82,6 +82,9 @@ pub const INJECTED_FAILURE: &str = "an injected transient failure";
 /// checks, as it starts, that its job's row holds a live claim (no step
 /// runs for a job another owner holds, or nobody does). One run in eight
 /// fails, as a throttled PUT or a killed encoder would (retryable).
+/// Runs in progress, by job: (run, the lease its row had as it began).
+pub type RunsByJob = BTreeMap<String, Vec<(u64, u64)>>;
+
 #[derive(Clone)]
 pub struct ExploreProbe {
     pub table: Arc<InMemoryTable>,
@@ -89,7 +92,7 @@ pub struct ExploreProbe {
     pub broken: Arc<Mutex<Vec<String>>>,
     pub rng: Arc<Mutex<fastrand::Rng>>,
     /// Runs in progress, by job: each one's lease as its run began.
-    pub running: Arc<Mutex<BTreeMap<String, Vec<(u64, u64)>>>>,
+    pub running: Arc<Mutex<RunsByJob>>,
     pub runs: Arc<AtomicU64>,
 }
 
