@@ -46,6 +46,9 @@ pub struct ExploreArgs {
     /// DynamoDB throttles and transaction conflicts: yes, no or either.
     #[arg(long, default_value = "either")]
     contention: String,
+    /// Workers crash three times as often: yes, no or either.
+    #[arg(long, default_value = "either")]
+    crashy: String,
     /// Print each run's report as one JSON line.
     #[arg(long)]
     json: bool,
@@ -55,6 +58,38 @@ pub struct ExploreArgs {
     /// Go on past a seed that breaks an invariant (each is printed).
     #[arg(long)]
     keep_going: bool,
+}
+
+/// A choice of the world a flag leaves to the seed (`either`) or makes.
+fn choice(flag: &str, value: &str) -> Result<Option<bool>, String> {
+    match value {
+        "either" => Ok(None),
+        "yes" => Ok(Some(true)),
+        "no" => Ok(Some(false)),
+        other => Err(format!(
+            "explore: --{flag} must be yes, no or either, not {other:?}"
+        )),
+    }
+}
+
+type Choices = (
+    Option<bool>,
+    Option<bool>,
+    Option<bool>,
+    Option<bool>,
+    Option<bool>,
+);
+
+/// The flags' choices: chained, teardown, skew beyond the margin,
+/// contention, crashy.
+fn world_choices(args: &ExploreArgs) -> Result<Choices, String> {
+    Ok((
+        choice("chained", &args.chained)?,
+        choice("teardown", &args.teardown)?,
+        choice("skew-beyond-margin", &args.skew_beyond_margin)?,
+        choice("contention", &args.contention)?,
+        choice("crashy", &args.crashy)?,
+    ))
 }
 
 pub fn run_seeds(args: ExploreArgs) -> ExitCode {
@@ -72,22 +107,9 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
             ))
         }
     };
-    let choice = |flag: &str, value: &str| match value {
-        "either" => Ok(None),
-        "yes" => Ok(Some(true)),
-        "no" => Ok(Some(false)),
-        other => Err(format!(
-            "explore: --{flag} must be yes, no or either, not {other:?}"
-        )),
-    };
-    let (chained, teardown, skew_beyond_margin, contention) = match (
-        choice("chained", &args.chained),
-        choice("teardown", &args.teardown),
-        choice("skew-beyond-margin", &args.skew_beyond_margin),
-        choice("contention", &args.contention),
-    ) {
-        (Ok(c), Ok(t), Ok(s), Ok(n)) => (c, t, s, n),
-        (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => return fail(e),
+    let (chained, teardown, skew_beyond_margin, contention, crashy) = match world_choices(&args) {
+        Ok(choices) => choices,
+        Err(e) => return fail(e),
     };
     let first = args.seed.unwrap_or_else(|| fastrand::u64(..));
     let started = Instant::now();
@@ -106,6 +128,7 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
             teardown,
             skew_beyond_margin,
             contention,
+            crashy,
         });
         steps += report.steps;
         if args.json {

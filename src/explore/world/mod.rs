@@ -80,6 +80,8 @@ pub struct ExploreOptions {
     /// retries it, and gives up after its attempts). `None`: the seed
     /// chooses.
     pub contention: Option<bool>,
+    /// Workers crash three times as often. `None`: the seed chooses.
+    pub crashy: Option<bool>,
 }
 
 impl Default for ExploreOptions {
@@ -96,6 +98,7 @@ impl Default for ExploreOptions {
             teardown: None,
             skew_beyond_margin: None,
             contention: None,
+            crashy: None,
         }
     }
 }
@@ -242,6 +245,7 @@ struct World {
     teardown: bool,
     skew_beyond_margin: bool,
     contention: bool,
+    crashy: bool,
     broken: Arc<Mutex<Vec<String>>>,
     messages: Vec<Message>,
     /// The live input objects, by name: the key, or in a versioned bucket
@@ -291,6 +295,7 @@ impl World {
             .skew_beyond_margin
             .unwrap_or_else(|| rng.u32(0..3) == 0);
         let contention = options.contention.unwrap_or_else(|| rng.bool());
+        let crashy = options.crashy.unwrap_or_else(|| rng.bool());
         let clock = SkewedClock::new(START_MS);
         let sched = Arc::new(Scheduler::default());
         let table = Arc::new(InMemoryTable::new("jobs"));
@@ -336,6 +341,7 @@ impl World {
             teardown,
             skew_beyond_margin,
             contention,
+            crashy,
             deployment,
             parts,
             deployed,
@@ -349,6 +355,7 @@ impl World {
                     ("teardown", teardown),
                     ("skew_beyond_margin", skew_beyond_margin),
                     ("contention", contention),
+                    ("crashy", crashy),
                 ]),
                 steps: 0,
                 actions: BTreeMap::new(),
@@ -468,15 +475,17 @@ impl World {
             .iter()
             .filter(|m| m.holder.is_none() && m.visible_at <= self.now())
             .count();
-        // Weights: held calls most, so that runs make progress; a crash
-        // a third as often as a sweep, so that most work gets somewhere
-        // (promised outputs, chained jobs) before the next one.
+        // Weights: held calls most, so that runs make progress. Crashes,
+        // as the seed chose: as often as sweeps (stopped collections,
+        // takeovers, abandoned rows), or a third as often (most work gets
+        // somewhere, promised outputs and chained jobs, before the next).
+        let crash = if self.crashy { 3 } else { 1 };
         let choices: [(u32, u8); 6] = [
             (if held.is_empty() { 0 } else { 36 }, 0),
             (if visible > 0 { 9 } else { 0 }, 1),
             (8, 2),
             (3, 3),
-            (if self.actors.is_empty() { 0 } else { 1 }, 4),
+            (if self.actors.is_empty() { 0 } else { crash }, 4),
             (3, 5),
         ];
         let total: u32 = choices.iter().map(|(w, _)| w).sum();
