@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use serde_json::Value;
+
 use crate::key::sha256_hex;
 use crate::ledger::{judge, JobRow, JobStatus, Verdict};
 use crate::step::{Manifest, MANIFEST_NAME};
@@ -13,7 +15,10 @@ pub const OUTPUT_PREFIX: &str = "derived/";
 /// A live input object, as the world holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveObject {
+    /// Its name: the key, or `key@version` in a versioned bucket.
     pub key: String,
+    /// The version S3 holds: key, version id, ETag.
+    pub object: (String, Option<String>, String),
     /// The jobs its bytes key to under the recipes in force: the root
     /// recipe's, then the chained one's (keyed by the SHA-256 of the
     /// root's output).
@@ -50,6 +55,8 @@ pub struct Snapshot<'a> {
     pub keyed: &'a BTreeMap<String, KeyedFrom>,
     /// The failures after which a job is poisoned (failed for good).
     pub max_attempts: u64,
+    /// Every completion event published: its detail.
+    pub events: &'a [Value],
 }
 
 /// An invariant broken: its name and what was found.
@@ -169,6 +176,7 @@ pub fn at_quiescence(s: &Snapshot<'_>) -> Result<(), Broken> {
             ),
         ));
     }
+    completion_events(s)?;
     if let Some(key) = s.outputs.keys().find(|key| {
         let job = key
             .strip_prefix(OUTPUT_PREFIX)
@@ -177,6 +185,72 @@ pub fn at_quiescence(s: &Snapshot<'_>) -> Result<(), Broken> {
         !rows.contains_key(job)
     }) {
         return Err(("nothing leaks", format!("output {key} belongs to no job")));
+    }
+    Ok(())
+}
+
+/// 4d. every live version whose pipeline is done has its completion
+///     event, `succeeded`, listing its jobs; and an event's id is stable:
+///     every event of one version, ETag and outcome has the same id
+///     (a redelivery publishes the same event again, which an app
+///     deduplicates by it).
+fn completion_events(s: &Snapshot<'_>) -> Result<(), Broken> {
+    let mut ids: BTreeMap<String, &str> = BTreeMap::new();
+    for event in s.events {
+        let mut jobs: Vec<String> = event["jobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|j| format!("{}:{}", j["jobKey"], j["status"]))
+            .collect();
+        jobs.sort();
+        let what = format!(
+            "{} {} {} {}",
+            event["key"],
+            event["versionId"],
+            event["eTag"],
+            jobs.join(",")
+        );
+        let id = event["eventId"].as_str().unwrap_or_default();
+        if let Some(seen) = ids.insert(what.clone(), id) {
+            if seen != id {
+                return Err((
+                    "a completion event's id is stable",
+                    format!("{what} was published as {seen} and as {id}"),
+                ));
+            }
+        }
+    }
+    let rows: BTreeMap<&str, &JobRow> = s.rows.iter().map(|r| (r.job_key.as_str(), r)).collect();
+    for live in s.live.iter().filter(|l| l.configured && !l.dead_lettered) {
+        let done = live.jobs.iter().all(|job| {
+            rows.get(job.as_str())
+                .is_some_and(|r| r.status == JobStatus::Done)
+        });
+        if !done {
+            continue;
+        }
+        let (key, version, etag) = &live.object;
+        let announced = s.events.iter().any(|event| {
+            event["key"].as_str() == Some(key.as_str())
+                && event["versionId"].as_str() == version.as_deref()
+                && event["eTag"].as_str() == Some(etag.as_str())
+                && event["status"] == "succeeded"
+                && live.jobs.iter().all(|job| {
+                    event["jobs"]
+                        .as_array()
+                        .is_some_and(|jobs| jobs.iter().any(|j| j["jobKey"] == job.as_str()))
+                })
+        });
+        if !announced {
+            return Err((
+                "every ended pipeline is announced",
+                format!(
+                    "{} is done with no completion event listing its jobs",
+                    live.key
+                ),
+            ));
+        }
     }
     Ok(())
 }

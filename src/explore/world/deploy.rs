@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::super::probe::{output_of, ExploreProbe, SkewedClock};
 use super::{World, BUCKET, OUT};
+use crate::bus::{Bus, RecordingBus};
 use crate::config::Config;
 use crate::event::created_notification;
 use crate::faults::FaultPlan;
@@ -28,6 +29,9 @@ use crate::store::memory::InMemoryObjects;
 use crate::store::ObjectStore;
 
 use super::super::check::OUTPUT_PREFIX;
+
+/// The bus completion events go to.
+const EVENT_BUS: &str = "explored";
 
 /// The recipes deployed: the root probe's version, and the chained one's
 /// if there is one; `generation` counts the deployments.
@@ -59,6 +63,7 @@ pub(super) struct Parts {
     pub table: Arc<InMemoryTable>,
     pub objects: Arc<InMemoryObjects>,
     pub queue: Arc<RecordingQueue>,
+    pub bus: Arc<RecordingBus>,
     pub plan: Arc<FaultPlan>,
     pub clock: SkewedClock,
     pub probe: ExploreProbe,
@@ -81,6 +86,7 @@ impl Parts {
             ("MEDIAONCE_METRICS", "off".to_string()),
             ("MEDIAONCE_CONCURRENCY", "2".to_string()),
             ("MEDIAONCE_GC_GRACE_SECS", self.gc_grace_secs.to_string()),
+            ("MEDIAONCE_EVENT_BUS", EVENT_BUS.to_string()),
             // Keyed by content always, or as `auto` keys them.
             (
                 "MEDIAONCE_IDENTITY",
@@ -96,6 +102,7 @@ impl Parts {
             ObjectStore::new(FaultyObjects::new(self.objects.clone(), self.plan.clone())),
             Queue::new(self.queue.clone()),
         )
+        .with_bus(Bus::new(self.bus.clone()))
         .with_clock(self.clock.clone())
         .with_seed(
             self.seed

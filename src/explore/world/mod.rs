@@ -317,6 +317,7 @@ impl World {
             table: table.clone(),
             objects: objects.clone(),
             queue: queue.clone(),
+            bus: Arc::default(),
             plan: Arc::new(FaultPlan::gated(sched.clone())),
             clock: clock.clone(),
             probe,
@@ -877,6 +878,11 @@ impl World {
             .iter()
             .map(|(key, object)| LiveObject {
                 key: key.clone(),
+                object: (
+                    object.key.clone(),
+                    object.version.clone(),
+                    object.etag.clone(),
+                ),
                 jobs: object.jobs.clone(),
                 promised: object.promised,
                 chained_done: object.chained_done,
@@ -890,12 +896,23 @@ impl World {
 
     fn check(&self, step: u64, quiescent: bool) -> Option<Violation> {
         let (rows, outputs, live) = self.snapshot();
+        let events: Vec<Value> = if quiescent {
+            self.parts
+                .bus
+                .events()
+                .iter()
+                .map(|e| serde_json::from_str(&e.detail).unwrap_or_default())
+                .collect()
+        } else {
+            Vec::new()
+        };
         let snapshot = Snapshot {
             rows: &rows,
             outputs: &outputs,
             live: &live,
             keyed: &self.keyed,
             max_attempts: self.app.config.max_attempts,
+            events: &events,
         };
         let broken = self
             .broken
