@@ -388,7 +388,17 @@ async fn a_job_that_keeps_failing_is_poisoned_after_max_attempts() {
 
 #[tokio::test]
 async fn a_busy_message_comes_back_when_the_holders_lease_ends_not_after_the_visibility_timeout() {
-    let (p, message, key) = one_upload().await;
+    // A lease margin (the clock skew allowed, added to the busy delay) of
+    // 1 s: the deployed default is 10.
+    let p = Pipeline::new(Options {
+        recipes: Some(r#"[{"step":"counted-probe","version":1,"params":{}}]"#.into()),
+        vars: vec![("MEDIAONCE_LEASE_MARGIN_SECS", "1".into())],
+        ..Options::default()
+    })
+    .await;
+    p.put("object.bin", BYTES, true).await;
+    let message = p.receive(1).await.remove(0);
+    let key = job_key(&sha256_hex(BYTES), &p.app.config.recipes[0].recipe_hash);
     // The queue's visibility timeout is 30 s; the holder's lease ends in 1 s.
     seed(&p, &key, JobStatus::Running, now_ms() + 1_000, None).await;
     let report = p.handle(vec![message.clone()]).await;
@@ -396,7 +406,7 @@ async fn a_busy_message_comes_back_when_the_holders_lease_ends_not_after_the_vis
     assert_eq!(job.outcome, Outcome::Busy);
     assert!(job.busy_until_ms.is_some());
     // Long-polls of the real queue for at most ~10 s: without the new
-    // visibility (2 to 3 s) the message would stay hidden for 30 s.
+    // visibility (2 to 4 s) the message would stay hidden for 30 s.
     let mut back = None;
     for _ in 0..10 {
         back = p
