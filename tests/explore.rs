@@ -5,14 +5,18 @@
 
 use mediaonce::explore::{run, ExploreOptions};
 
-/// Seeds that once broke an invariant (or the model): kept for good.
-const REGRESSION_SEEDS: &[u64] = &[1, 10, 25];
+/// Seeds that break an invariant when a known defect is put back (the
+/// mutation table's, README "Interleavings, explored"): the explorer's own
+/// findings among them. Kept for good; when the explorer's world changes
+/// (and so what a seed means), the table is measured again and these
+/// follow it.
+const REGRESSION_SEEDS: &[u64] = &[7000, 7001, 7003, 7005, 7009, 7017, 7053, 7298];
 
 fn steps() -> u64 {
     std::env::var("EXPLORE_STEPS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(300)
+        .unwrap_or(400)
 }
 
 fn options(seed: u64) -> ExploreOptions {
@@ -63,7 +67,7 @@ fn every_invariant_holds_on_regression_and_fresh_seeds() {
     let fresh: u64 = std::env::var("EXPLORE_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
+        .unwrap_or(30);
     let first = std::env::var("EXPLORE_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
