@@ -689,36 +689,12 @@ async fn a_stalled_page_of_deletes_is_abandoned_before_the_lease_ends() {
 /// worlds).
 #[tokio::test]
 async fn a_run_skipped_for_one_uploads_replaced_bytes_runs_again_for_the_other() {
-    use crate::faults::{Call, FaultPlan};
-    let steps = StepRegistry::builtin();
-    let vars = HashMap::from([
-        ("MEDIAONCE_TABLE", "jobs"),
-        ("MEDIAONCE_OUTPUT_BUCKET", "out"),
-        ("MEDIAONCE_IDENTITY", "content"),
-        ("MEDIAONCE_CONCURRENCY", "1"),
-        (
-            "MEDIAONCE_RECIPES",
-            r#"[{"name":"probe","step":"probe","version":1,"params":{}}]"#,
-        ),
-    ]);
-    let config = Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
-    let objects = InMemoryObjects::new();
     let bytes = png(3);
-    let etag = objects.insert("in", "a.png", &bytes, false);
-    objects.insert("in", "b.png", &bytes, false);
     // a.png's first read keys it (hashing the bytes); before the probe's
     // own read of it, another writer replaces it.
-    let plan = Arc::new(FaultPlan::new());
-    plan.overwrite_before(Call::GetObject, "a.png", 1, &png(4));
-    let app = Arc::new(App::new(
-        config,
-        Ledger::new(InMemoryTable::new("jobs")),
-        ObjectStore::new(crate::store::faults::FaultyObjects::new(
-            objects.clone(),
-            plan,
-        )),
-        Queue::new(Arc::new(RecordingQueue::default())),
-    ));
+    let (app, objects, _) = probe_app_replacing("a.png", &png(4));
+    let etag = objects.insert("in", "a.png", &bytes, false);
+    objects.insert("in", "b.png", &bytes, false);
     let report = handle(
         &app,
         vec![message("1", "a.png", &etag), message("2", "b.png", &etag)],
@@ -746,39 +722,12 @@ async fn a_run_skipped_for_one_uploads_replaced_bytes_runs_again_for_the_other()
 /// for good. Found by the explorer (issue 39).
 #[tokio::test]
 async fn a_takeover_whose_input_is_replaced_keeps_the_row_that_names_its_files() {
-    use crate::faults::{Call, FaultPlan};
-    let steps = StepRegistry::builtin();
-    let vars = HashMap::from([
-        ("MEDIAONCE_TABLE", "jobs"),
-        ("MEDIAONCE_OUTPUT_BUCKET", "out"),
-        ("MEDIAONCE_IDENTITY", "content"),
-        (
-            "MEDIAONCE_RECIPES",
-            r#"[{"name":"probe","step":"probe","version":1,"params":{}}]"#,
-        ),
-    ]);
-    let config = Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
-    let objects = InMemoryObjects::new();
-    let table = Arc::new(InMemoryTable::new("jobs"));
     let bytes = png(5);
-    let etag = objects.insert("in", "a.png", &bytes, false);
-    objects.insert("in", "b.png", &bytes, false);
     // b.png's first read keys it; before the probe's own read, another
     // writer replaces it.
-    let plan = Arc::new(FaultPlan::new());
-    plan.overwrite_before(Call::GetObject, "b.png", 1, &png(6));
-    let app = Arc::new(App::new(
-        config,
-        Ledger::new(crate::ledger::faults::FaultyTable::over(
-            table.clone(),
-            Arc::new(FaultPlan::new()),
-        )),
-        ObjectStore::new(crate::store::faults::FaultyObjects::new(
-            objects.clone(),
-            plan,
-        )),
-        Queue::new(Arc::new(RecordingQueue::default())),
-    ));
+    let (app, objects, table) = probe_app_replacing("b.png", &png(6));
+    let etag = objects.insert("in", "a.png", &bytes, false);
+    objects.insert("in", "b.png", &bytes, false);
     let ran = handle(&app, vec![message("1", "a.png", &etag)]).await;
     assert_eq!(ran.jobs().next().unwrap().outcome, Outcome::Ran);
     let job = job_key(&sha256_hex(&bytes), &app.config.recipes[0].recipe_hash);
@@ -803,4 +752,43 @@ async fn a_takeover_whose_input_is_replaced_keeps_the_row_that_names_its_files()
     let row = app.ledger.get(&job).await.unwrap().expect("the row stays");
     assert_eq!(row.status, JobStatus::Failed);
     assert_eq!(objects.keys("out", &format!("derived/{job}/")), files);
+}
+
+/// An app running the `probe` recipe on jobs keyed by content, one record
+/// at a time, whose objects are in memory and whose `key` another writer
+/// replaces with `replacement` between its keying read and the next.
+fn probe_app_replacing(
+    key: &str,
+    replacement: &[u8],
+) -> (Arc<App>, Arc<InMemoryObjects>, Arc<InMemoryTable>) {
+    use crate::faults::{Call, FaultPlan};
+    let steps = StepRegistry::builtin();
+    let vars = HashMap::from([
+        ("MEDIAONCE_TABLE", "jobs"),
+        ("MEDIAONCE_OUTPUT_BUCKET", "out"),
+        ("MEDIAONCE_IDENTITY", "content"),
+        ("MEDIAONCE_CONCURRENCY", "1"),
+        (
+            "MEDIAONCE_RECIPES",
+            r#"[{"name":"probe","step":"probe","version":1,"params":{}}]"#,
+        ),
+    ]);
+    let config = Config::from_lookup(|name| vars.get(name).map(|v| v.to_string()), &steps).unwrap();
+    let objects = InMemoryObjects::new();
+    let table = Arc::new(InMemoryTable::new("jobs"));
+    let plan = Arc::new(FaultPlan::new());
+    plan.overwrite_before(Call::GetObject, key, 1, replacement);
+    let app = Arc::new(App::new(
+        config,
+        Ledger::new(crate::ledger::faults::FaultyTable::over(
+            table.clone(),
+            Arc::new(FaultPlan::new()),
+        )),
+        ObjectStore::new(crate::store::faults::FaultyObjects::new(
+            objects.clone(),
+            plan,
+        )),
+        Queue::new(Arc::new(RecordingQueue::default())),
+    ));
+    (app, objects, table)
 }
