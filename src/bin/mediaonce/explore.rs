@@ -58,6 +58,10 @@ pub struct ExploreArgs {
     /// Go on past a seed that breaks an invariant (each is printed).
     #[arg(long)]
     keep_going: bool,
+    /// For a seed that breaks an invariant: the fewest steps before
+    /// quiescence that still break it, and that run's every action.
+    #[arg(long)]
+    shrink: bool,
 }
 
 /// A choice of the world a flag leaves to the seed (`either`) or makes.
@@ -158,6 +162,18 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
         }
         if args.trace {
             for line in &report.log {
+                eprintln!("  {line}");
+            }
+        }
+        if let (Some(violation), true) = (&report.violation, args.shrink) {
+            let options = report.options.clone();
+            let steps = mediaonce::explore::shrink(&options, violation.invariant);
+            let shrunk = run(ExploreOptions { steps, ..options });
+            eprintln!(
+                "mediaonce explore: seed {seed} breaks \"{}\" with {steps} steps (of {}); its actions:",
+                violation.invariant, args.steps
+            );
+            for line in &shrunk.log {
                 eprintln!("  {line}");
             }
         }
