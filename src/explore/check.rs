@@ -76,13 +76,17 @@ pub fn every_step(s: &Snapshot<'_>) -> Result<(), Broken> {
     let rows: BTreeMap<&str, &JobRow> = s.rows.iter().map(|r| (r.job_key.as_str(), r)).collect();
     for live in s.live.iter().filter(|l| l.promised || l.chained_done) {
         for (stage, job) in live.jobs.iter().enumerate() {
-            // The root job is promised with the create; the chained one
-            // once done (or, the same bytes again, carried over).
-            if !(if stage == 0 {
-                live.promised
+            // The root job is promised with the create, and its row must
+            // be there. The chained one is referenced before the create is
+            // acknowledged, so none of its files may go; its row must be
+            // there once it was seen done (or, the same bytes again, its
+            // promise carried over).
+            let (promised, must_exist) = if stage == 0 {
+                (live.promised, true)
             } else {
-                live.chained_done || live.promised
-            }) {
+                (live.promised || live.chained_done, live.chained_done)
+            };
+            if !promised {
                 continue;
             }
             let broken = |what: String| {
@@ -91,7 +95,6 @@ pub fn every_step(s: &Snapshot<'_>) -> Result<(), Broken> {
                     format!("{} (job {job}, stage {stage}): {what}", live.key),
                 ))
             };
-            let must_exist = stage == 0 || live.chained_done;
             match rows.get(job.as_str()) {
                 None if must_exist => return broken("its job has no row".into()),
                 Some(row) if row.deletes_started_at_ms.is_some() => {

@@ -1,7 +1,8 @@
-//! The explorer's step and its workers' clocks: `explore-probe` writes one
-//! file named by its job and checks, as it starts, that its job's row
-//! holds its claim (invariant 3); [`SkewedClock`] gives each actor its
-//! own clock, the explorer's time plus that actor's skew.
+//! The explorer's step and its workers' clocks: `explore-probe` reads its
+//! input and writes one file, a function of those bytes alone, and checks,
+//! as it starts, that its job's row holds its claim (invariant 3);
+//! [`SkewedClock`] gives each actor its own clock, the explorer's time
+//! plus that actor's skew.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -186,10 +186,9 @@ impl App {
         // A mark newer than the settle time may precede a release still on
         // its way to delete the item this read saw: kept, so the next
         // sweep looks again.
-        let settled = row.free_mark.is_some()
-            && row
-                .released_at_ms
-                .is_some_and(|at| at.saturating_add(MARK_SETTLE_MS) <= now);
+        let settled = row
+            .released_at_ms
+            .is_some_and(|at| at.saturating_add(MARK_SETTLE_MS) <= now);
         let clear = match referenced {
             Ok(false) => return Ok(None),
             Ok(true) if settled => row.free_mark.as_deref(),

@@ -95,14 +95,7 @@ impl FaultyTable {
                 pause.resume.notified().await;
             }
         }
-        match refused {
-            Some(message) => Err(self.error(operation, message)),
-            None => self.check(call, operation, job_key),
-        }
-    }
-
-    fn check(&self, call: Call, operation: &'static str, job_key: &str) -> Result<(), LedgerError> {
-        match self.plan.check(call, job_key) {
+        match refused.or_else(|| self.plan.check(call, job_key)) {
             Some(message) => Err(self.error(operation, message)),
             None => Ok(()),
         }

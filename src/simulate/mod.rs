@@ -212,10 +212,9 @@ impl Step for CountedRun {
     }
 }
 
-/// The virtual clock: the simulated month's, and the explorer's
-/// (`crate::explore`), moved on by whoever holds the counter.
+/// The virtual clock.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct VirtualClock(pub(crate) Arc<AtomicU64>);
+struct VirtualClock(Arc<AtomicU64>);
 
 impl Clock for VirtualClock {
     fn now_ms(&self) -> u64 {

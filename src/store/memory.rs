@@ -182,7 +182,6 @@ impl InMemoryObjects {
         sha256: bool,
         multipart: bool,
     ) -> String {
-        lock(&self.null_markers).remove(&(bucket.to_string(), key.to_string()));
         let stored = Stored {
             bytes: bytes.to_vec(),
             content_type: "application/octet-stream".into(),
@@ -190,13 +189,20 @@ impl InMemoryObjects {
             multipart,
         };
         let etag = stored.etag();
+        self.put_stored(bucket, key, stored);
+        etag
+    }
+
+    /// A put's bytes stored: a new version in a versioned bucket, else the
+    /// key's object replaced (and a null marker over it gone).
+    fn put_stored(&self, bucket: &str, key: &str, stored: Stored) {
         if self.is_versioned(bucket) {
             self.push_version(bucket, key, Some(stored));
         } else {
+            lock(&self.null_markers).remove(&(bucket.to_string(), key.to_string()));
             self.objects()
                 .insert((bucket.to_string(), key.to_string()), stored);
         }
-        etag
     }
 
     /// Makes `account` the owner of `bucket`.
@@ -222,11 +228,11 @@ impl InMemoryObjects {
         }
     }
 
-    /// The bytes a GET of `object` reads, as S3 answers it: the caller's
+    /// The object a GET of `object` reads, as S3 answers it: the caller's
     /// bucket owner checked, a missing key (or version, or a delete
     /// marker) `NoSuchKey`, and an `If-Match` that is not the current ETag
     /// 412.
-    fn current(&self, object: &ObjectRef) -> Result<Vec<u8>, GetError> {
+    fn current(&self, object: &ObjectRef) -> Result<Stored, GetError> {
         let error = |message: String, kind| GetError {
             object: object.to_string(),
             message,
@@ -246,7 +252,7 @@ impl InMemoryObjects {
                 ));
             }
         }
-        Ok(stored.bytes.clone())
+        Ok(stored)
     }
 
     /// Deletes an object (as another writer would): in a versioned
@@ -326,20 +332,6 @@ impl InMemoryObjects {
     }
 }
 
-impl InMemoryObjects {
-    /// A put's bytes stored: a new version in a versioned bucket, else the
-    /// key's object replaced.
-    fn put_stored(&self, bucket: &str, key: &str, stored: Stored) {
-        if self.is_versioned(bucket) {
-            self.push_version(bucket, key, Some(stored));
-        } else {
-            lock(&self.null_markers).remove(&(bucket.to_string(), key.to_string()));
-            self.objects()
-                .insert((bucket.to_string(), key.to_string()), stored);
-        }
-    }
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -382,7 +374,8 @@ impl ObjectClient for Arc<InMemoryObjects> {
     }
 
     async fn get_object(&self, object: &ObjectRef) -> Result<ByteStream, GetError> {
-        self.current(object).map(ByteStream::from)
+        self.current(object)
+            .map(|stored| ByteStream::from(stored.bytes))
     }
 
     async fn get_object_range(
@@ -390,7 +383,7 @@ impl ObjectClient for Arc<InMemoryObjects> {
         object: &ObjectRef,
         range: Range<u64>,
     ) -> Result<Vec<u8>, GetError> {
-        let bytes = self.current(object)?;
+        let bytes = self.current(object)?.bytes;
         let size = bytes.len();
         bytes
             .get(range.start as usize..range.end as usize)
@@ -411,11 +404,11 @@ impl ObjectClient for Arc<InMemoryObjects> {
         };
         self.check_owner(bucket)
             .map_err(|message| error(message, ErrorKind::Other))?;
-        let bytes = self.current(from).map_err(|e| error(e.message, e.kind))?;
-        let content_type = self
-            .resolve(from)
-            .map(|(stored, _)| stored.content_type)
-            .unwrap_or_default();
+        let Stored {
+            bytes,
+            content_type,
+            ..
+        } = self.current(from).map_err(|e| error(e.message, e.kind))?;
         self.put_stored(
             bucket,
             key,

@@ -124,15 +124,19 @@ fn jobs_under(
     jobs
 }
 
+/// The recipes' hashes an app runs: the root's, and the chained one's.
+pub(super) fn recipe_hashes(app: &App) -> (String, Option<String>) {
+    let recipes = &app.config.recipes;
+    (
+        recipes[0].recipe_hash.clone(),
+        recipes.get(1).map(|r| r.recipe_hash.clone()),
+    )
+}
+
 impl World {
-    /// The recipes' hashes under the deployed configuration: the root's,
-    /// and the chained one's.
+    /// The recipes' hashes under the deployed configuration.
     pub(super) fn recipe_hashes(&self) -> (String, Option<String>) {
-        let recipes = &self.app.config.recipes;
-        (
-            recipes[0].recipe_hash.clone(),
-            recipes.get(1).map(|r| r.recipe_hash.clone()),
-        )
+        recipe_hashes(&self.app)
     }
 
     /// The jobs bytes keyed by `input_hash` (with `bytes`) key to under the
@@ -186,8 +190,9 @@ impl World {
         let names: Vec<String> = self.inputs.keys().cloned().collect();
         for name in names {
             let object = &self.inputs[&name];
-            let jobs = self.jobs_of(&object.input_hash, &object.bytes);
-            for job in self.jobs_ever(&object.input_hash, &object.bytes) {
+            let bytes = object.bytes();
+            let jobs = self.jobs_of(&object.input_hash, &bytes);
+            for job in self.jobs_ever(&object.input_hash, &bytes) {
                 self.keyed
                     .entry(job.clone())
                     .or_default()
@@ -208,7 +213,7 @@ impl World {
     /// versioned key is not backfilled: it keeps its jobs of the old
     /// recipes.
     fn backfill(&mut self) {
-        let keys = self.objects.keys(BUCKET, "");
+        let keys = self.parts.objects.keys(BUCKET, "");
         self.act("backfill", 0, format!("backfill of {} keys", keys.len()));
         for key in keys {
             let Some(name) = self.current_of(&key) else {
@@ -220,7 +225,7 @@ impl World {
                 &key,
                 None,
                 Some(&object.etag),
-                Some(object.bytes.len() as u64),
+                Some(object.bytes().len() as u64),
             );
             self.inputs.get_mut(&name).expect("listed").configured = true;
             self.enqueue(body, 0);

@@ -176,8 +176,7 @@ struct Object {
     /// Its key, and its version id in a versioned bucket.
     key: String,
     version: Option<String>,
-    /// Its bytes, and the hash the handler keys them by.
-    bytes: Vec<u8>,
+    /// The hash the handler keys its bytes by.
     input_hash: String,
     /// A create of it was sent under the configuration deployed (its
     /// upload, or a backfill since): its pipeline must end. An older
@@ -214,20 +213,15 @@ enum Running {
 struct World {
     options: ExploreOptions,
     rng: fastrand::Rng,
-    clock: SkewedClock,
     sched: Arc<Scheduler>,
-    table: Arc<InMemoryTable>,
-    objects: Arc<InMemoryObjects>,
-    queue: Arc<RecordingQueue>,
     app: Arc<App>,
     /// The configuration deployed, and what every deployment's app is
-    /// built over.
+    /// built over: the world's clients, clock and step.
     deployment: Deployment,
     parts: deploy::Parts,
     /// Every deployment's recipe hashes (root, chained), in order.
     deployed: Vec<(String, Option<String>)>,
     bucket: Bucket,
-    by_content: bool,
     teardown: bool,
     skew_beyond_margin: bool,
     contention: bool,
@@ -257,7 +251,6 @@ pub async fn explore(options: ExploreOptions) -> ExploreReport {
     let steps = world.options.steps;
     for _ in 0..steps {
         world.step().await;
-        world.observe();
         if let Some(violation) = world.check(world.report.steps, false) {
             world.report.violation = Some(violation);
             return world.finish();
@@ -317,14 +310,10 @@ impl World {
             generation: 0,
         };
         let app = parts.app(&deployment);
-        let deployed = vec![(
-            app.config.recipes[0].recipe_hash.clone(),
-            app.config.recipes.get(1).map(|r| r.recipe_hash.clone()),
-        )];
+        let deployed = vec![deploy::recipe_hashes(&app)];
         World {
             rng,
             bucket,
-            by_content,
             teardown,
             skew_beyond_margin,
             contention,
@@ -354,11 +343,7 @@ impl World {
                 violation: None,
             },
             options,
-            clock,
             sched,
-            table,
-            objects,
-            queue,
             app: Arc::new(app),
             broken,
             messages: Vec::new(),
@@ -375,8 +360,7 @@ impl World {
     }
 
     /// A promised object's chained job, once `done`, is promised too.
-    fn observe(&mut self) {
-        let rows = self.table.job_rows();
+    fn observe(&mut self, rows: &[crate::ledger::JobRow]) {
         for object in self.inputs.values_mut() {
             if object.promised && !object.chained_done && object.configured {
                 if let Some(chained) = object.jobs.get(1) {
@@ -428,12 +412,12 @@ impl World {
             // within it of each other.
             self.rng.i64(-SKEW_MS / 2..=SKEW_MS / 2)
         };
-        self.clock.set_skew(actor, skew);
+        self.parts.clock.set_skew(actor, skew);
         skew
     }
 
     fn now(&self) -> u64 {
-        self.clock.true_ms()
+        self.parts.clock.true_ms()
     }
 
     /// Records an action of `actor` (0: the explorer's own).
@@ -553,7 +537,7 @@ impl World {
                     None => {}
                 }
             }
-            for (_, body) in self.queue.take_sent() {
+            for (_, body) in self.parts.queue.take_sent() {
                 self.enqueue(body, 0);
             }
             if finished.is_empty() && self.sched.arrived() == before {
@@ -562,18 +546,35 @@ impl World {
         }
     }
 
-    fn sweep(&mut self) {
+    /// Starts an actor that is not an invocation (a sweep, a rebuild) with
+    /// a clock of its own, stopped after `runs_ms`: `make` says what it is
+    /// and does, from the world once its clock is drawn.
+    fn start_task<F>(
+        &mut self,
+        kind: &'static str,
+        runs_ms: u64,
+        make: impl FnOnce(&mut World) -> (String, F),
+    ) where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
         self.next_actor += 1;
         let actor = self.next_actor;
         let skew = self.skew(actor);
-        let app = self.app.clone();
-        let handle = tokio::spawn(ACTOR.scope(actor, async move {
-            let _ = app.collect_due(false).await;
-        }));
+        let (what, work) = make(self);
+        let handle = tokio::spawn(ACTOR.scope(actor, work));
         self.actors.insert(actor, Running::Task(handle));
-        self.deadlines
-            .insert(actor, self.now() + FUNCTION_TIMEOUT_MS);
-        self.act("sweep", actor, format!("sweep, clock {skew:+} ms"));
+        self.deadlines.insert(actor, self.now() + runs_ms);
+        self.act(kind, actor, format!("{what}, clock {skew:+} ms"));
+    }
+
+    fn sweep(&mut self) {
+        self.start_task("sweep", FUNCTION_TIMEOUT_MS, |world| {
+            let app = world.app.clone();
+            let work = async move {
+                let _ = app.collect_due(false).await;
+            };
+            ("sweep".to_string(), work)
+        });
     }
 
     /// `mediaonce refs rebuild` of one key, outside Lambda: it walks the
@@ -583,28 +584,22 @@ impl World {
     /// clock jumps cannot move: the explorer stops it at fifteen minutes,
     /// inside the mark's settle time, the case that argument covers.
     fn rebuild(&mut self) {
-        self.next_actor += 1;
-        let actor = self.next_actor;
-        let skew = self.skew(actor);
-        let key = format!("k{}", self.rng.u32(0..self.options.keys));
-        let app = self.app.clone();
-        let prefix = key.clone();
-        let handle = tokio::spawn(ACTOR.scope(actor, async move {
-            let _ = app.rebuild_refs(BUCKET, &prefix, false, |_| {}).await;
-        }));
-        self.actors.insert(actor, Running::Task(handle));
-        self.deadlines.insert(actor, self.now() + REBUILD_MS);
-        self.act(
-            "rebuild",
-            actor,
-            format!("refs rebuild {key}, clock {skew:+} ms"),
-        );
+        self.start_task("rebuild", REBUILD_MS, |world| {
+            let key = format!("k{}", world.rng.u32(0..world.options.keys));
+            let app = world.app.clone();
+            let prefix = key.clone();
+            let work = async move {
+                let _ = app.rebuild_refs(BUCKET, &prefix, false, |_| {}).await;
+            };
+            (format!("refs rebuild {key}"), work)
+        });
     }
 
     /// The clock moves on by `ms`; an invocation whose deadline passes is
     /// stopped there, as Lambda stops it (no run outlives its lease).
     fn advance(&mut self, ms: u64) {
-        self.clock
+        self.parts
+            .clock
             .time
             .fetch_add(ms, std::sync::atomic::Ordering::Relaxed);
         self.act("clock", 0, format!("clock +{ms} ms"));
@@ -635,20 +630,23 @@ impl World {
         self.act("crash", actor, "crashed".into());
     }
 
-    /// The world as the invariants read it.
+    /// The world as the invariants read it: its rows, outputs and live
+    /// objects, each promised chained job noted first (`observe`).
     fn snapshot(
-        &self,
+        &mut self,
     ) -> (
         Vec<crate::ledger::JobRow>,
         BTreeMap<String, Vec<u8>>,
         Vec<LiveObject>,
     ) {
-        let rows = self.table.job_rows();
+        let rows = self.parts.table.job_rows();
+        self.observe(&rows);
         let outputs: BTreeMap<String, Vec<u8>> = self
+            .parts
             .objects
             .keys(OUT, "")
             .into_iter()
-            .filter_map(|key| Some((key.clone(), self.objects.bytes(OUT, &key)?)))
+            .filter_map(|key| Some((key.clone(), self.parts.objects.bytes(OUT, &key)?)))
             .collect();
         let live = self
             .inputs
@@ -671,7 +669,7 @@ impl World {
         (rows, outputs, live)
     }
 
-    fn check(&self, step: u64, quiescent: bool) -> Option<Violation> {
+    fn check(&mut self, step: u64, quiescent: bool) -> Option<Violation> {
         let (rows, outputs, live) = self.snapshot();
         let events: Vec<Value> = if quiescent {
             self.parts
@@ -752,7 +750,6 @@ impl World {
             } else {
                 break;
             }
-            self.observe();
             if let Some(violation) = self.check(self.report.steps, false) {
                 return Some(violation);
             }

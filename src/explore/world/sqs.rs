@@ -10,7 +10,7 @@ use super::{
     Running, World, ACTOR, FUNCTION_TIMEOUT_MS, INJECTED_FAILURE, MAX_RECEIVES, QUEUE_ARN,
     VISIBILITY_MS,
 };
-use crate::handler::{handle_batch, BatchReport, Invocation};
+use crate::handler::{handle_batch, BatchReport, Invocation, JobReport, Outcome};
 
 /// A message in the simulated queue.
 #[derive(Debug, Clone)]
@@ -117,38 +117,13 @@ impl World {
         let mut by_faults = 0;
         let mut dead_lettered = Vec::new();
         let mut poisoned_dead = 0;
-        let poisoned: Vec<&str> = report
-            .messages
-            .iter()
-            .filter(|m| {
-                m.jobs
-                    .iter()
-                    .any(|j| j.outcome == crate::handler::Outcome::Poisoned)
-            })
-            .map(|m| m.message_id.as_str())
-            .collect();
-        let busy: Vec<&str> = report
-            .messages
-            .iter()
-            .filter(|m| {
-                m.jobs
-                    .iter()
-                    .any(|j| j.outcome == crate::handler::Outcome::Busy)
-            })
-            .map(|m| m.message_id.as_str())
-            .collect();
-        let injected: Vec<&str> = report
-            .messages
-            .iter()
-            .filter(|m| {
-                m.jobs.iter().any(|j| {
-                    j.reason
-                        .as_deref()
-                        .is_some_and(|r| r.contains(INJECTED_FAILURE))
-                })
-            })
-            .map(|m| m.message_id.as_str())
-            .collect();
+        let poisoned = messages_where(report, |j| j.outcome == Outcome::Poisoned);
+        let busy = messages_where(report, |j| j.outcome == Outcome::Busy);
+        let injected = messages_where(report, |j| {
+            j.reason
+                .as_deref()
+                .is_some_and(|r| r.contains(INJECTED_FAILURE))
+        });
         self.messages.retain_mut(|message| {
             let Some((holder, receipt)) = &message.holder else {
                 return true;
@@ -178,6 +153,7 @@ impl World {
                 return false;
             }
             let delay = self
+                .parts
                 .queue
                 .delay_of(receipt)
                 .map(|s| s.max(0) as u64 * 1_000);
@@ -242,6 +218,16 @@ impl World {
             ),
         );
     }
+}
+
+/// The messages of `report` one of whose jobs `is`.
+fn messages_where(report: &BatchReport, is: impl Fn(&JobReport) -> bool) -> Vec<&str> {
+    report
+        .messages
+        .iter()
+        .filter(|m| m.jobs.iter().any(&is))
+        .map(|m| m.message_id.as_str())
+        .collect()
 }
 
 /// The object version a message is about: an S3 notification's, or a

@@ -9,6 +9,18 @@ use crate::event::{created_notification, marker_notification, removed_notificati
 use crate::key::sha256_hex;
 use crate::store::{ObjectClient, ObjectRef};
 
+/// The bytes of the world's content number `content`.
+fn content_bytes(content: u32) -> Vec<u8> {
+    format!("content {content}").into_bytes()
+}
+
+impl Object {
+    /// Its bytes.
+    pub(super) fn bytes(&self) -> Vec<u8> {
+        content_bytes(self.content)
+    }
+}
+
 impl World {
     /// One user action on one of the keys.
     pub(super) fn user(&mut self) {
@@ -39,7 +51,7 @@ impl World {
     pub(super) fn current_of(&self, key: &str) -> Option<String> {
         match self.bucket {
             Bucket::Versioned => {
-                let version = self.objects.current_version(BUCKET, key)?;
+                let version = self.parts.objects.current_version(BUCKET, key)?;
                 let name = format!("{key}@{version}");
                 self.inputs.contains_key(&name).then_some(name)
             }
@@ -66,22 +78,24 @@ impl World {
             .filter(|_| self.rng.u32(0..4) == 0)
             .map(|name| self.inputs[&name].content);
         let content = again.unwrap_or_else(|| self.rng.u32(0..self.options.contents));
-        let bytes = format!("content {content}").into_bytes();
+        let bytes = content_bytes(content);
         let sha256 = self.rng.bool();
         let multipart = self.rng.u32(0..if again.is_some() { 2 } else { 4 }) == 0;
         let etag = if multipart {
-            self.objects.insert_multipart(BUCKET, &key, &bytes, sha256)
+            self.parts
+                .objects
+                .insert_multipart(BUCKET, &key, &bytes, sha256)
         } else {
-            self.objects.insert(BUCKET, &key, &bytes, sha256)
+            self.parts.objects.insert(BUCKET, &key, &bytes, sha256)
         };
         let etag = etag.trim_matches('"').to_string();
-        let version = self.objects.current_version(BUCKET, &key);
+        let version = self.parts.objects.current_version(BUCKET, &key);
         let written = self.report.steps;
 
         // What the handler keys the bytes by: their SHA-256 when S3 has it
         // or the identity is by content, else (`auto`, read by ranges) the
         // version and ETag.
-        let input_hash = if self.by_content || sha256 {
+        let input_hash = if self.parts.by_content || sha256 {
             sha256_hex(&bytes)
         } else {
             let object = ObjectRef {
@@ -91,7 +105,7 @@ impl World {
                 if_match: None,
             };
             use futures::FutureExt;
-            match self.objects.head_object(&object).now_or_never() {
+            match self.parts.objects.head_object(&object).now_or_never() {
                 Some(Ok(Some(head))) => crate::fingerprint::version_etag(&head).input_hash,
                 _ => sha256_hex(&bytes),
             }
@@ -113,7 +127,7 @@ impl World {
         let was = self
             .inputs
             .get(&name)
-            .filter(|was| was.bytes == bytes && self.deployment.generation == was.generation);
+            .filter(|was| was.content == content && self.deployment.generation == was.generation);
         let promised = was.is_some_and(|was| was.promised && was.jobs[0] == jobs[0]);
         let chained_done =
             was.is_some_and(|was| was.chained_done && was.jobs.get(1) == jobs.get(1));
@@ -122,7 +136,6 @@ impl World {
             Object {
                 key: key.clone(),
                 version: version.clone(),
-                bytes: bytes.clone(),
                 input_hash,
                 configured: true,
                 generation: self.deployment.generation,
@@ -170,18 +183,18 @@ impl World {
         let body = match self.bucket {
             Bucket::Unversioned => {
                 self.inputs.remove(&key);
-                self.objects.remove(BUCKET, &key);
+                self.parts.objects.remove(BUCKET, &key);
                 self.act("delete", 0, format!("delete {key}"));
                 removed_notification(BUCKET, &key, None)
             }
             Bucket::Suspended => {
                 self.inputs.remove(&key);
-                self.objects.delete_suspended(BUCKET, &key);
+                self.parts.objects.delete_suspended(BUCKET, &key);
                 self.act("delete", 0, format!("delete {key} (null marker)"));
                 marker_notification(BUCKET, &key, "null")
             }
             Bucket::Versioned => {
-                let marker = self.objects.put_delete_marker(BUCKET, &key);
+                let marker = self.parts.objects.put_delete_marker(BUCKET, &key);
                 self.act("delete", 0, format!("delete {key} (marker {marker})"));
                 marker_notification(BUCKET, &key, &marker)
             }
@@ -196,7 +209,9 @@ impl World {
             return;
         };
         let version = object.version.clone().unwrap_or_default();
-        self.objects.delete_version(BUCKET, &object.key, &version);
+        self.parts
+            .objects
+            .delete_version(BUCKET, &object.key, &version);
         let how = if lifecycle { "expire" } else { "delete" };
         self.act("delete", 0, format!("{how} {name}"));
         let mut body = removed_notification(BUCKET, &object.key, Some(&version));

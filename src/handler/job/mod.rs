@@ -294,21 +294,15 @@ impl<'a> JobRun<'a> {
             // next claim runs the job again, or the sweep collects it once
             // no version references it. Deleting the row left them under a
             // prefix no row names, for good (found by the explorer).
-            if claim.attempt > 1 || !outputs.files().is_empty() {
+            let (given_up, how) = if claim.attempt > 1 || !outputs.files().is_empty() {
                 let error = StepError::Failed(why.clone());
-                return match finish(&app.ledger, claim, Some(error), app.now_ms()).await {
-                    Ok(()) | Err(FinishError::LostLease(_)) => {
-                        report.of(Outcome::Skipped, claim.attempt, Some(why))
-                    }
-                    Err(err) => report.of(
-                        Outcome::Failed,
-                        claim.attempt,
-                        Some(format!("{why}; finishing the claim failed: {err}")),
-                    ),
-                };
-            }
-            return match app.ledger.release(claim).await {
-                // Released, or taken over meanwhile (the successor's run stands).
+                let finished = finish(&app.ledger, claim, Some(error), app.now_ms()).await;
+                (finished, "finishing")
+            } else {
+                (app.ledger.release(claim).await, "releasing")
+            };
+            return match given_up {
+                // Given up, or taken over meanwhile (the successor's run stands).
                 Ok(()) | Err(FinishError::LostLease(_)) => {
                     report.of(Outcome::Skipped, claim.attempt, Some(why))
                 }
@@ -316,7 +310,7 @@ impl<'a> JobRun<'a> {
                 Err(err) => report.of(
                     Outcome::Failed,
                     claim.attempt,
-                    Some(format!("{why}; releasing the claim failed: {err}")),
+                    Some(format!("{why}; {how} the claim failed: {err}")),
                 ),
             };
         }
