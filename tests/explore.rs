@@ -5,11 +5,11 @@
 
 use mediaonce::explore::{run, ExploreOptions};
 
-/// Seeds that break an invariant when a known defect is put back (the
-/// mutation table's, README "Interleavings, explored"): the explorer's own
-/// findings among them. Kept for good; when the explorer's world changes
-/// (and so what a seed means), the table is measured again and these
-/// follow it.
+/// Seeds that broke an invariant with a known defect put back when the
+/// mutation table was measured (README "Interleavings, explored"), the
+/// explorer's own findings among them. Kept for good; the explorer's world
+/// has changed since (what a seed means with it), and these follow the
+/// table when it is measured again.
 const REGRESSION_SEEDS: &[u64] = &[7000, 7001, 7003, 7005, 7009, 7017, 7053, 7298];
 
 fn steps() -> u64 {
