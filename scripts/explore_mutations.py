@@ -141,6 +141,42 @@ MUTATIONS = [
         "            if false && (claim.attempt > 1 || !outputs.files().is_empty()) {",
     ),
     (
+        "a split's hold whose execution never started is kept for good",
+        "issue 39 (found by the explorer: splits)",
+        "src/handler/collect.rs",
+        "            Some(_) => {}",
+        "            Some(_) => return Ok(true),",
+    ),
+    (
+        "a stale execution's tasks change the job",
+        "issue 38 (a stale end, finding 5)",
+        "src/handler/split/mod.rs",
+        "row.status == JobStatus::Running && row.execution.as_deref() == Some(execution)",
+        "row.status == JobStatus::Running",
+    ),
+    (
+        "a chunk runs the recipe configured, not the one its execution claimed",
+        "issue 38 (a recipe edited mid-split, finding 2)",
+        "src/handler/split/chunk.rs",
+        "    let recipe = ChunkParams::recipe(package, span.index, span.start_ms, span.end_ms);",
+        "    let package = app.config.recipes.iter().find(|r| r.name == name).map_or(package, |r| &r.recipe);\n"
+        "    let recipe = ChunkParams::recipe(package, span.index, span.start_ms, span.end_ms);",
+    ),
+    (
+        "a chunk reads only the claimant's version",
+        "issue 38 (the coordinating upload deleted, finding 7)",
+        "src/handler/split/chunk.rs",
+        "    for version in holders.into_iter().filter_map(|holder| holder.version) {",
+        "    for version in holders.into_iter().filter_map(|holder| holder.version).filter(|_| false) {",
+    ),
+    (
+        "a split's end hands no version on",
+        "issue 38 (every upload gets its event)",
+        "src/handler/split/end.rs",
+        "    for version in holders.into_iter().filter_map(|holder| holder.version) {",
+        "    for version in holders.into_iter().filter_map(|holder| holder.version).filter(|_| false) {",
+    ),
+    (
         "a failed run's job is given back as done",
         "issue 37, defect 1 (the finish)",
         "src/ledger/mod.rs",

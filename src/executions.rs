@@ -13,7 +13,7 @@
 //!   worker answering late takes as done.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::aws::describe_error;
 use crate::error::ErrorKind;
@@ -319,25 +319,58 @@ pub enum TaskAnswer {
     Failure { error: String, cause: String },
 }
 
+/// A task as Step Functions holds it: its heartbeats (and when the last
+/// came, on a timed twin), and its answer once given.
+#[derive(Debug, Default)]
+struct TaskState {
+    beats: u64,
+    last_beat_ms: Option<u64>,
+    answer: Option<TaskAnswer>,
+}
+
 #[derive(Debug, Default)]
 struct Machines {
     /// Executions by ARN: their input and status.
     executions: BTreeMap<String, (String, ExecutionStatus)>,
-    /// Tasks by token: their heartbeats, and the answer once given.
-    tasks: BTreeMap<String, (u64, Option<TaskAnswer>)>,
+    /// Tasks by token.
+    tasks: BTreeMap<String, TaskState>,
 }
+
+/// The time a timed twin reads (epoch ms).
+type Now = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// Step Functions in memory: starts and answers recorded under Step
 /// Functions' rules (a name is one execution; a token is answered once).
 /// A test drives the executions: it issues the tokens a state machine
-/// would ([`InMemoryExecutions::issue_task`]) and ends executions
+/// would ([`InMemoryExecutions::issue_task`]), times them out
+/// ([`InMemoryExecutions::time_out`]) and ends executions
 /// ([`InMemoryExecutions::end`]).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct InMemoryExecutions {
     machines: Mutex<Machines>,
+    /// When set, each heartbeat's time is kept, for a model of the
+    /// definition's `HeartbeatSeconds`.
+    now: Option<Now>,
+}
+
+impl std::fmt::Debug for InMemoryExecutions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InMemoryExecutions")
+            .field("machines", &*self.machines())
+            .field("timed", &self.now.is_some())
+            .finish()
+    }
 }
 
 impl InMemoryExecutions {
+    /// A twin that keeps the time of each heartbeat, read from `now`.
+    pub fn timed(now: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
+        InMemoryExecutions {
+            machines: Mutex::default(),
+            now: Some(Arc::new(now)),
+        }
+    }
+
     fn machines(&self) -> std::sync::MutexGuard<'_, Machines> {
         self.machines.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -357,9 +390,19 @@ impl InMemoryExecutions {
             .collect()
     }
 
+    /// An execution's status.
+    pub fn status_of(&self, execution_arn: &str) -> Option<ExecutionStatus> {
+        self.machines()
+            .executions
+            .get(execution_arn)
+            .map(|(_, status)| *status)
+    }
+
     /// A task the state machine starts: its token can be answered once.
     pub fn issue_task(&self, token: &str) {
-        self.machines().tasks.insert(token.to_string(), (0, None));
+        self.machines()
+            .tasks
+            .insert(token.to_string(), TaskState::default());
     }
 
     /// The answer `token` got, if any.
@@ -367,12 +410,32 @@ impl InMemoryExecutions {
         self.machines()
             .tasks
             .get(token)
-            .and_then(|(_, a)| a.clone())
+            .and_then(|t| t.answer.clone())
     }
 
     /// The heartbeats `token` got.
     pub fn heartbeats_of(&self, token: &str) -> u64 {
-        self.machines().tasks.get(token).map_or(0, |(n, _)| *n)
+        self.machines().tasks.get(token).map_or(0, |t| t.beats)
+    }
+
+    /// When `token`'s last heartbeat came (a timed twin's).
+    pub fn last_heartbeat_ms(&self, token: &str) -> Option<u64> {
+        self.machines()
+            .tasks
+            .get(token)
+            .and_then(|t| t.last_beat_ms)
+    }
+
+    /// The state machine's timeout of a task not answered: `error`
+    /// (`States.HeartbeatTimeout` or `States.Timeout`) is its answer, and
+    /// the worker's later calls with the token find it gone.
+    pub fn time_out(&self, token: &str, error: &str) {
+        if let Some(task) = self.machines().tasks.get_mut(token) {
+            task.answer.get_or_insert_with(|| TaskAnswer::Failure {
+                error: error.to_string(),
+                cause: "the task's time ran out".into(),
+            });
+        }
     }
 
     /// Ends an execution with `status`, as its state machine would.
@@ -389,8 +452,8 @@ impl InMemoryExecutions {
         answer: TaskAnswer,
     ) -> Result<(), ExecutionError> {
         match self.machines().tasks.get_mut(token) {
-            Some((_, slot @ None)) => {
-                *slot = Some(answer);
+            Some(task) if task.answer.is_none() => {
+                task.answer = Some(answer);
                 Ok(())
             }
             _ => Err(task_gone(call, token)),
@@ -479,9 +542,11 @@ impl ExecutionClient for InMemoryExecutions {
     }
 
     async fn send_task_heartbeat(&self, token: &str) -> Result<(), ExecutionError> {
+        let now = self.now.as_ref().map(|now| now());
         match self.machines().tasks.get_mut(token) {
-            Some((beats, None)) => {
-                *beats += 1;
+            Some(task) if task.answer.is_none() => {
+                task.beats += 1;
+                task.last_beat_ms = now.or(task.last_beat_ms);
                 Ok(())
             }
             _ => Err(task_gone("SendTaskHeartbeat", token)),

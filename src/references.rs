@@ -109,6 +109,27 @@ pub const REF_SHARDS: u8 = 16;
 pub struct RefHolder {
     pub version_row: String,
     pub version: Option<VersionName>,
+    /// When the item was written (epoch ms; `None` on an item that does
+    /// not say).
+    pub created_at_ms: Option<u64>,
+}
+
+/// The row key a split's execution holds its chunks under:
+/// `split#<execution name>` (DESIGN.md, "Chunked HLS").
+pub const HOLDER_PREFIX: &str = "split#";
+
+/// A claimant holds its chunks, then starts its execution, in one
+/// invocation: a hold this old whose execution does not exist will never
+/// have one (its claimant died between the two). An hour: past any
+/// invocation (15 minutes) and any skew between clocks.
+pub const HOLD_START_MS: u64 = 3_600_000;
+
+impl RefHolder {
+    /// The execution name of a split's hold; `None` for a version's
+    /// reference.
+    pub fn hold_of(&self) -> Option<&str> {
+        self.version_row.strip_prefix(HOLDER_PREFIX)
+    }
 }
 
 /// One (job, version) reference: an item of its own in the references

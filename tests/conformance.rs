@@ -520,13 +520,15 @@ async fn references_contract(table: &impl LedgerTable) {
         }
         found
     };
-    // Each item names its version: what a split job's end hands on.
-    let named = |version: &VersionName| RefHolder {
+    // Each item names its version (what a split job's end hands on) and
+    // when it was written (what judges a split's hold).
+    let named = |version: &VersionName, at: u64| RefHolder {
         version_row: version.row_key(),
         version: Some(version.clone()),
+        created_at_ms: Some(at),
     };
-    assert_eq!(refs_of("ref-a").await, [named(&version)]);
-    assert_eq!(refs_of("ref-b").await, [named(&version)]);
+    assert_eq!(refs_of("ref-a").await, [named(&version, 10)]);
+    assert_eq!(refs_of("ref-b").await, [named(&version, 10)]);
     // No job row was needed, and none was written.
     assert_eq!(table.get("ref-a").await.unwrap(), None);
     // The same change again: the row exists, nothing is written twice.
@@ -548,7 +550,7 @@ async fn references_contract(table: &impl LedgerTable) {
         table.change_refs(&other, &change, 12).await.unwrap(),
         RefWrite::Applied
     );
-    let mut both = vec![named(&version), named(&other)];
+    let mut both = vec![named(&version, 10), named(&other, 12)];
     both.sort_by(|a, b| a.version_row.cmp(&b.version_row));
     let mut found = refs_of("ref-a").await;
     found.sort_by(|a, b| a.version_row.cmp(&b.version_row));
@@ -580,7 +582,7 @@ async fn references_contract(table: &impl LedgerTable) {
         table.change_refs(&version, &delete, 14).await.unwrap(),
         RefWrite::Applied
     );
-    assert_eq!(refs_of("ref-a").await, [named(&other)]);
+    assert_eq!(refs_of("ref-a").await, [named(&other, 12)]);
     assert!(refs_of("ref-b").await.is_empty());
     let tomb = table.get_version_refs(&version).await.unwrap().unwrap();
     assert!(tomb.deleted && tomb.job_keys.is_empty());

@@ -554,6 +554,61 @@ async fn no_sweep_collects_a_chunk_the_execution_holds() {
     }
 }
 
+/// A claimant that died between holding its chunks and starting its
+/// execution leaves a hold nothing would release once another claim took
+/// the job over and died too (found by the explorer, seed 9081 of the
+/// split world). The sweep drops such a hold once its execution has not
+/// started an hour on, and collects the chunk; a younger one (its
+/// claimant may still start it) and a running execution's keep theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_whose_execution_never_started_frees_its_chunk_an_hour_on() {
+    let s = split_pipeline(vec![("MEDIAONCE_GC_GRACE_SECS", "0".into())]).await;
+    let p = &s.p;
+    p.put("talks/held.mp4", &small_clip(), true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let parent = report.jobs().next().unwrap().clone();
+    let execution = p.row(&parent.job_key).await.unwrap().execution.unwrap();
+    let (_, chunks) = s
+        .run_with(&p.app, &execution, |body| body["mediaonce"] == "hls-join/2")
+        .await;
+    let done: Vec<String> = chunks
+        .iter()
+        .filter(|r| r.outcome == Outcome::Ran)
+        .map(|r| r.job_key.clone())
+        .collect();
+    assert_eq!(done.len(), 3, "{chunks:#?}");
+    let now = common::now_ms();
+    let dead = format!("split#{}-0000000000aa", parent.job_key);
+    let young = format!("split#{}-0000000000bb", parent.job_key);
+    p.app
+        .ledger
+        .hold(&dead, &done[..1], now - 2 * 3_600_000)
+        .await
+        .unwrap();
+    p.app.ledger.hold(&young, &done[1..2], now).await.unwrap();
+    // While the execution runs, its own hold keeps every chunk.
+    let sweep = p.app.collect_due(false).await.unwrap();
+    assert_eq!(sweep.objects(), 0, "{sweep:?}");
+    let (status, _) = s.run_execution(&execution).await;
+    assert_eq!(status, ExecutionStatus::Succeeded);
+    // Its end released its hold: the dead one is dropped and its chunk
+    // collected; the young one keeps its chunk.
+    let sweep = p.app.collect_due(false).await.unwrap();
+    assert!(sweep.failures.is_empty(), "{sweep:?}");
+    assert_eq!(p.refs(&done[0]).await, 0, "the dead hold is dropped");
+    assert_eq!(p.row(&done[0]).await, None);
+    assert!(p
+        .output_keys(&format!("derived/{}/", done[0]))
+        .await
+        .is_empty());
+    assert_eq!(p.refs(&done[1]).await, 1, "a young hold is kept");
+    assert!(!p
+        .output_keys(&format!("derived/{}/", done[1]))
+        .await
+        .is_empty());
+    assert_eq!(p.row(&done[2]).await, None, "released and collected");
+}
+
 /// A deployment edits the recipe while the execution runs: the chunks,
 /// the join and the manifest follow the recipe the execution started
 /// with, so the package is the one its job key names.

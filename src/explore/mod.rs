@@ -12,6 +12,7 @@
 pub mod check;
 mod probe;
 pub mod sched;
+mod video;
 mod world;
 
 pub use world::{explore, Bucket, ExploreOptions, ExploreReport, Violation};

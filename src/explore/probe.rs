@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use super::sched::ACTOR;
 use crate::lease::Clock;
 use crate::ledger::memory::InMemoryTable;
-use crate::ledger::{JobRow, JobStatus, LedgerTable};
+use crate::ledger::{JobStatus, LedgerTable};
 use crate::step::{InputUse, JobOutputs, Step, StepContext, StepError};
 
 /// The explorer's time (epoch ms, moved only by the explorer) and each
@@ -128,6 +128,31 @@ impl Step for ExploreProbe {
         context: &StepContext<'_>,
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
+        let run = self.begin(context).await?;
+        let result = async {
+            let input = context.input.read_range(0..context.input.head.size).await?;
+            outputs
+                .put_bytes("out.bin", "application/octet-stream", output_of(&input))
+                .await
+        }
+        .await;
+        self.end(context.job_key, run);
+        result
+    }
+}
+
+/// A run begun ([`ExploreProbe::begin`]), by its number.
+pub struct Run {
+    id: u64,
+}
+
+impl ExploreProbe {
+    /// A run of `context`'s job begins: whether its row holds its claim,
+    /// and whether another run holds the job under a live lease, noted as
+    /// broken; the run registered until [`ExploreProbe::end`]. One run in
+    /// eight meets an injected failure, as a throttled PUT or a killed
+    /// encoder would (retryable): then it ends at once.
+    pub async fn begin(&self, context: &StepContext<'_>) -> Result<Run, StepError> {
         let now = self.clock.true_ms();
         // The claimant took the job over by its own clock: a lease it saw
         // passed may still hold by the explorer's, when its clock is ahead
@@ -136,7 +161,7 @@ impl Step for ExploreProbe {
         // claimant's own clock is two owners at once.
         let own_clock = self.clock.now_ms();
         let row = self.table.get(context.job_key).await.ok().flatten();
-        let run = self.runs.fetch_add(1, Ordering::Relaxed);
+        let id = self.runs.fetch_add(1, Ordering::Relaxed);
         let lease = row.as_ref().map_or(0, |r| r.lease_until_ms);
         let overlap = {
             let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
@@ -145,7 +170,7 @@ impl Step for ExploreProbe {
                 .iter()
                 .find(|(_, until)| *until > own_clock)
                 .map(|(_, until)| *until);
-            others.push((run, lease));
+            others.push((id, lease));
             overlap
         };
         if let Some(until) = overlap {
@@ -155,27 +180,6 @@ impl Step for ExploreProbe {
                 context.job_key
             ));
         }
-        let result = self.run_once(context, outputs, now, row).await;
-        if let Some(others) = self
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(context.job_key)
-        {
-            others.retain(|(id, _)| *id != run);
-        }
-        result
-    }
-}
-
-impl ExploreProbe {
-    async fn run_once(
-        &self,
-        context: &StepContext<'_>,
-        outputs: &mut JobOutputs,
-        now: u64,
-        row: Option<JobRow>,
-    ) -> Result<(), StepError> {
         // A lease ends at its invocation's deadline plus the margin, and
         // the explorer stops an invocation at its deadline: a run's own
         // lease holds by the explorer's clock whatever its worker's says.
@@ -193,12 +197,23 @@ impl ExploreProbe {
                 ))
             ));
         }
+        let run = Run { id };
         if self.rng.lock().unwrap_or_else(|p| p.into_inner()).u32(0..8) == 0 {
+            self.end(context.job_key, run);
             return Err(StepError::Failed(INJECTED_FAILURE.into()));
         }
-        let input = context.input.read_range(0..context.input.head.size).await?;
-        outputs
-            .put_bytes("out.bin", "application/octet-stream", output_of(&input))
-            .await
+        Ok(run)
+    }
+
+    /// The run ended.
+    pub fn end(&self, job_key: &str, run: Run) {
+        if let Some(others) = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(job_key)
+        {
+            others.retain(|(id, _)| *id != run.id);
+        }
     }
 }

@@ -35,6 +35,8 @@ use super::references::MARK_SETTLE_MS;
 use super::App;
 use crate::config::split_s3_location;
 use crate::ledger::{CollectDue, CollectRequest, Conditional, DeferCollect, JobRow};
+use crate::executions::ExecutionStatus;
+use crate::references::HOLD_START_MS;
 
 /// How long a collection may take before another may take it over.
 pub const COLLECT_LEASE: Duration = Duration::from_secs(300);
@@ -159,6 +161,71 @@ impl App {
         }
     }
 
+    /// Whether anything references the job: a version, or a split's hold
+    /// whose execution may still need the chunk. A hold whose execution
+    /// has closed (its end released the hold, or will not need it: a
+    /// closed execution sends no task), or has not started
+    /// [`HOLD_START_MS`] after the hold was written (its claimant died
+    /// between holding and starting it, and nothing would ever release
+    /// it), is no reference: deleted here. Found by the explorer: such a
+    /// hold, its claim taken over by a claimant that died before
+    /// releasing it, kept its chunk's row and files for good. Without a
+    /// state machine to ask, every hold is kept.
+    async fn referenced(&self, job_key: &str) -> Result<bool, String> {
+        let first = self
+            .ledger
+            .first_reference(job_key)
+            .await
+            .map_err(|e| e.to_string())?;
+        match first {
+            None => return Ok(false),
+            Some(holder) if holder.hold_of().is_none() => return Ok(true),
+            Some(_) => {}
+        }
+        // A hold came first: every reference read, each hold judged.
+        let holders = self
+            .ledger
+            .holders(job_key)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut dead = Vec::new();
+        for holder in holders {
+            let Some(execution) = holder.hold_of() else {
+                return Ok(true);
+            };
+            if self.hold_is_live(execution, holder.created_at_ms).await? {
+                return Ok(true);
+            }
+            dead.push(holder.version_row);
+        }
+        for holder in dead {
+            tracing::info!(job_key, holder, "a dead split's hold dropped");
+            self.ledger
+                .drop_hold(&holder, job_key, self.now_ms())
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(false)
+    }
+
+    /// Whether the hold of execution `name`, written at `created_at_ms`,
+    /// may still protect a chunk its execution needs.
+    async fn hold_is_live(&self, name: &str, created_at_ms: Option<u64>) -> Result<bool, String> {
+        let Some((machine, executions)) = self.split_engine() else {
+            return Ok(true);
+        };
+        let arn = crate::executions::execution_arn(machine, name);
+        let status = executions
+            .describe_execution(&arn)
+            .await
+            .map_err(|e| format!("describing {arn}: {e}"))?;
+        Ok(match status {
+            Some(ExecutionStatus::Running) => true,
+            Some(_) => false,
+            None => created_at_ms.is_none_or(|at| at.saturating_add(HOLD_START_MS) > self.now_ms()),
+        })
+    }
+
     /// Step 2: for a row whose deletes never started, reads its
     /// references. `None`: there are none, delete. `Some`: referenced,
     /// given back in the status it had when the collection began
@@ -181,7 +248,7 @@ impl App {
             return Ok(None);
         }
         let job_key = row.job_key.as_str();
-        let referenced = self.ledger.has_references(job_key).await;
+        let referenced = self.referenced(job_key).await;
         let now = self.now_ms();
         // A mark newer than the settle time may precede a release still on
         // its way to delete the item this read saw: kept, so the next

@@ -160,21 +160,38 @@ impl Ledger {
             .await
     }
 
-    /// Whether any version references `job_key`: one consistent Query per
-    /// shard, one item each, stopping at the first found. One after another
+    /// The first reference of `job_key` found (a version's, or a split's
+    /// hold): one consistent Query per shard, one item each, stopping at
+    /// the first found. One after another
     /// on purpose: a sweep is not waited on, and a job still referenced
     /// (the usual answer) stops at its first shard found, where sixteen
     /// concurrent Queries would pay for all sixteen.
-    pub async fn has_references(&self, job_key: &str) -> Result<bool, LedgerError> {
+    pub async fn first_reference(
+        &self,
+        job_key: &str,
+    ) -> Result<Option<crate::references::RefHolder>, LedgerError> {
         for shard in 0..crate::references::REF_SHARDS {
             let (page, _) = self
                 .retrying(|| self.call().query_refs(job_key, shard, Some(1), None))
                 .await?;
-            if !page.is_empty() {
-                return Ok(true);
+            if let Some(first) = page.into_iter().next() {
+                return Ok(Some(first));
             }
         }
-        Ok(false)
+        Ok(None)
+    }
+
+    /// Deletes `holder`'s reference to `job_key`, marking nothing: a hold
+    /// the collector found dead ([`crate::references::HOLD_START_MS`]).
+    pub async fn drop_hold(
+        &self,
+        holder: &str,
+        job_key: &str,
+        now_ms: u64,
+    ) -> Result<(), LedgerError> {
+        let jobs = [job_key.to_string()];
+        self.retrying(|| self.call().write_holder_refs(holder, &[], &jobs, now_ms))
+            .await
     }
 
     /// The version rows referencing `job_key` (every shard, every page).

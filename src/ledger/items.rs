@@ -360,9 +360,14 @@ pub(super) fn ref_holder_from_item(item: &Item) -> Option<RefHolder> {
         }),
         _ => None,
     };
+    let created_at_ms = item
+        .get(ref_item_attr::CREATED_AT_MS)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|n| n.parse().ok());
     Some(RefHolder {
         version_row,
         version,
+        created_at_ms,
     })
 }
 

@@ -2,7 +2,7 @@
 //! table: each call is atomic under one lock. For unit tests and tools; it
 //! is not shared between processes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use super::{
@@ -25,7 +25,8 @@ pub struct InMemoryTable {
     versions: Mutex<HashMap<String, VersionRefs>>,
     /// The references table: (job key, version row key). Locked after
     /// `versions`.
-    refs: Mutex<BTreeSet<(String, String)>>,
+    /// Reference items: (job, row key) → when written.
+    refs: Mutex<BTreeMap<(String, String), u64>>,
     /// The version each version row key names, as its reference items
     /// carry it.
     names: Mutex<HashMap<String, VersionName>>,
@@ -55,7 +56,7 @@ impl InMemoryTable {
         self.versions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn refs(&self) -> std::sync::MutexGuard<'_, BTreeSet<(String, String)>> {
+    fn refs(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), u64>> {
         self.refs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -65,7 +66,7 @@ impl InMemoryTable {
 
     /// Every reference item: (job key, version row key).
     pub fn reference_items(&self) -> Vec<(String, String)> {
-        self.refs().iter().cloned().collect()
+        self.refs().keys().cloned().collect()
     }
 
     /// Every version row, by row key.
@@ -245,7 +246,7 @@ impl LedgerTable for InMemoryTable {
         &self,
         version: &VersionName,
         change: &RefChange,
-        _now_ms: u64,
+        now_ms: u64,
     ) -> Result<RefWrite, LedgerError> {
         // Both locks for the whole transaction, `versions` first as
         // everywhere.
@@ -261,7 +262,7 @@ impl LedgerTable for InMemoryTable {
             change
                 .remove
                 .iter()
-                .filter(|job| !refs.contains(&((*job).clone(), row_key.clone())))
+                .filter(|job| !refs.contains_key(&((*job).clone(), row_key.clone())))
                 .cloned()
                 .collect()
         } else {
@@ -278,7 +279,7 @@ impl LedgerTable for InMemoryTable {
             self.names().insert(row_key.clone(), version.clone());
         }
         for job_key in &change.add {
-            refs.insert((job_key.clone(), row_key.clone()));
+            refs.insert((job_key.clone(), row_key.clone()), now_ms);
         }
         for job_key in &change.remove {
             refs.remove(&(job_key.clone(), row_key.clone()));
@@ -356,12 +357,13 @@ impl LedgerTable for InMemoryTable {
         let found: Vec<RefHolder> = self
             .refs()
             .iter()
-            .filter(|(job, version)| {
+            .filter(|((job, version), _)| {
                 job == job_key && crate::references::shard_of(version) == shard
             })
-            .map(|(_, version)| RefHolder {
+            .map(|((_, version), at)| RefHolder {
                 version_row: version.clone(),
                 version: names.get(version).cloned(),
+                created_at_ms: Some(*at),
             })
             .take(limit.map_or(usize::MAX, |l| l as usize))
             .collect();
@@ -487,11 +489,11 @@ impl LedgerTable for InMemoryTable {
         holder: &str,
         add: &[String],
         remove: &[String],
-        _now_ms: u64,
+        now_ms: u64,
     ) -> Result<(), LedgerError> {
         let mut refs = self.refs();
         for job_key in add {
-            refs.insert((job_key.clone(), holder.to_string()));
+            refs.insert((job_key.clone(), holder.to_string()), now_ms);
         }
         for job_key in remove {
             refs.remove(&(job_key.clone(), holder.to_string()));

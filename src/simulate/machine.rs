@@ -7,7 +7,10 @@
 //! its execution on: a chunk done, a transient failure retried with a new
 //! token after the definition's backoff, any other failure caught into
 //! the failure task and its announcement; every chunk done, the join, then
-//! the announcement. What it does is counted: executions, tasks, retries
+//! the announcement. A task silent past its `HeartbeatSeconds` (from when
+//! it was sent, or its last heartbeat) or unanswered past its
+//! `TimeoutSeconds` times out, and is retried or caught as the definition
+//! says. What it does is counted: executions, tasks, retries
 //! and state transitions (one per state entered, as Step Functions bills).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,8 +27,17 @@ pub const MACHINE_ARN: &str = "arn:aws:states:us-east-1:000000000000:stateMachin
 /// The definition's retry of `mediaonce.Transient`: 2 s, doubling, 5 times.
 const RETRY_FIRST_MS: u64 = 2_000;
 const RETRY_ATTEMPTS: u32 = 5;
-/// The announcements' and the failure task's retry of any error: 8 times.
+/// Its retry of a chunk's or the join's timeout: after 960 s, twice.
+const TIMEOUT_RETRY_MS: u64 = 960_000;
+const TIMEOUT_ATTEMPTS: u32 = 2;
+/// The announcements' and the failure task's retry of any error: 2 s,
+/// doubling, 8 times.
 const END_ATTEMPTS: u32 = 8;
+/// The errors a task's timeouts end it with.
+const HEARTBEAT_TIMEOUT: &str = "States.HeartbeatTimeout";
+const TIMEOUT: &str = "States.Timeout";
+/// What ends a task its Map abandoned (another chunk failed).
+const ABORTED: &str = "States.Aborted";
 
 /// What the executions came to.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -53,7 +65,27 @@ enum Kind {
 #[derive(Debug)]
 struct Task {
     kind: Kind,
+    /// Retries by the retrier of its errors (transient), and of timeouts:
+    /// Step Functions counts each retrier's attempts apart.
     attempts: u32,
+    timeouts: u32,
+    /// When it was sent, and when its last heartbeat came (or was seen).
+    sent_ms: u64,
+    beat_ms: u64,
+    beats_seen: u64,
+}
+
+impl Task {
+    fn new(kind: Kind) -> Task {
+        Task {
+            kind,
+            attempts: 0,
+            timeouts: 0,
+            sent_ms: 0,
+            beat_ms: 0,
+            beats_seen: 0,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -86,6 +118,34 @@ impl SimMachine {
             tokens: 0,
             counts: MachineCounts::default(),
         }
+    }
+
+    /// The executions ended, by ARN.
+    pub fn ended(&self) -> &BTreeSet<String> {
+        &self.ended
+    }
+
+    /// Executions started and not ended.
+    pub fn running(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// When the first task not answered times out, as last seen.
+    pub fn next_timeout(&self) -> Option<u64> {
+        self.runs
+            .values()
+            .flat_map(|run| {
+                let limits = run.input.limits;
+                run.tasks.values().map(move |task| {
+                    let whole = match task.kind {
+                        Kind::Chunk(_) => limits.chunk_seconds,
+                        _ => limits.join_seconds,
+                    };
+                    (task.sent_ms + u64::from(whole) * 1_000)
+                        .min(task.beat_ms + u64::from(limits.heartbeat_seconds) * 1_000)
+                })
+            })
+            .min()
     }
 
     /// Moves every execution on at `now_ms`: the task messages to
@@ -142,34 +202,26 @@ impl SimMachine {
         let mut ended = None;
         {
             let run = self.runs.get_mut(arn)?;
+            time_out(&self.executions, run, now_ms);
             let answered: Vec<(String, TaskAnswer)> = run
                 .tasks
                 .keys()
                 .filter_map(|token| Some((token.clone(), self.executions.answer_of(token)?)))
                 .collect();
             for (token, answer) in answered {
-                let task = run.tasks.remove(&token).expect("outstanding");
+                // A task the Map abandoned (below) is gone with it.
+                let Some(task) = run.tasks.remove(&token) else {
+                    continue;
+                };
                 match (task.kind, answer) {
                     (Kind::Chunk(index), TaskAnswer::Success { .. }) => {
                         run.done.insert(index);
                     }
                     (Kind::Join, TaskAnswer::Success { .. }) => {
-                        sends.push((
-                            now_ms,
-                            Task {
-                                kind: Kind::End { joined: true },
-                                attempts: 0,
-                            },
-                        ));
+                        sends.push((now_ms, Task::new(Kind::End { joined: true })));
                     }
                     (Kind::Failed, TaskAnswer::Success { .. }) => {
-                        sends.push((
-                            now_ms,
-                            Task {
-                                kind: Kind::End { joined: false },
-                                attempts: 0,
-                            },
-                        ));
+                        sends.push((now_ms, Task::new(Kind::End { joined: false })));
                     }
                     (Kind::End { joined }, TaskAnswer::Success { .. }) => {
                         // The announcement's end, then `Fail` on the failure path.
@@ -180,17 +232,13 @@ impl SimMachine {
                         });
                     }
                     (kind, TaskAnswer::Failure { error, .. })
-                        if retried(kind, &error, task.attempts) =>
+                        if retry(kind, &error, &task).is_some() =>
                     {
                         // The definition's Retry: the task again, later.
-                        let backoff = match kind {
-                            Kind::Chunk(_) | Kind::Join => RETRY_FIRST_MS << task.attempts,
-                            _ => RETRY_FIRST_MS,
-                        };
-                        let again = Task {
-                            kind,
-                            attempts: task.attempts + 1,
-                        };
+                        let (backoff, timed_out) = retry(kind, &error, &task).expect("retried");
+                        let mut again = Task::new(kind);
+                        again.attempts = task.attempts + u32::from(!timed_out);
+                        again.timeouts = task.timeouts + u32::from(timed_out);
                         sends.push((now_ms + backoff, again));
                         self.counts.task_retries += 1;
                     }
@@ -198,16 +246,18 @@ impl SimMachine {
                         // Caught: the chunks still out are abandoned.
                         if run.failure.is_none() {
                             run.failure = Some(json!({"Error": error, "Cause": cause}));
-                            run.tasks.retain(|_, t| !matches!(t.kind, Kind::Chunk(_)));
+                            // Their tokens end with the Map's iterations: a
+                            // worker's later call with one finds it gone.
+                            run.tasks.retain(|token, t| {
+                                let chunk = matches!(t.kind, Kind::Chunk(_));
+                                if chunk {
+                                    self.executions.time_out(token, ABORTED);
+                                }
+                                !chunk
+                            });
                             run.unsent.clear();
                             sends.retain(|(_, t)| !matches!(t.kind, Kind::Chunk(_)));
-                            sends.push((
-                                now_ms,
-                                Task {
-                                    kind: Kind::Failed,
-                                    attempts: 0,
-                                },
-                            ));
+                            sends.push((now_ms, Task::new(Kind::Failed)));
                         }
                     }
                     (Kind::Failed | Kind::End { .. }, TaskAnswer::Failure { .. }) => {
@@ -225,31 +275,21 @@ impl SimMachine {
                     + sends.iter().filter(|(_, t)| is_chunk(t)).count();
                 for _ in out_now..limit {
                     let Some(index) = run.unsent.pop() else { break };
-                    sends.push((
-                        now_ms,
-                        Task {
-                            kind: Kind::Chunk(index),
-                            attempts: 0,
-                        },
-                    ));
+                    sends.push((now_ms, Task::new(Kind::Chunk(index))));
                 }
                 let past_chunks = run.tasks.values().any(|t| !is_chunk(t))
                     || sends.iter().any(|(_, t)| !is_chunk(t));
                 if run.done.len() == run.input.spans.len() && !past_chunks {
-                    sends.push((
-                        now_ms,
-                        Task {
-                            kind: Kind::Join,
-                            attempts: 0,
-                        },
-                    ));
+                    sends.push((now_ms, Task::new(Kind::Join)));
                 }
             }
         }
         if ended.is_some() {
             return ended;
         }
-        for (at, task) in sends {
+        for (at, mut task) in sends {
+            task.sent_ms = at;
+            task.beat_ms = at;
             let body = self.send(arn, task);
             out.push((at, body));
         }
@@ -293,12 +333,51 @@ impl SimMachine {
     }
 }
 
-/// Whether the definition's `Retry` sends a task that failed with `error`
-/// after `attempts` retries again: a chunk's or the join's transient
-/// failure 5 times, any failure of the failure task or an announcement 8.
-fn retried(kind: Kind, error: &str, attempts: u32) -> bool {
+/// The definition's `Retry` of a task that failed with `error`: after
+/// how long it is sent again, and whether the timeouts' retrier sends it;
+/// `None` once the retrier's attempts are spent (or none matches). A
+/// chunk's or the join's transient failure 5 times (2 s, doubling), its
+/// timeouts twice (960 s); any failure of the failure task or an
+/// announcement 8 times (2 s, doubling).
+fn retry(kind: Kind, error: &str, task: &Task) -> Option<(u64, bool)> {
     match kind {
-        Kind::Chunk(_) | Kind::Join => error == "mediaonce.Transient" && attempts < RETRY_ATTEMPTS,
-        Kind::Failed | Kind::End { .. } => attempts < END_ATTEMPTS,
+        Kind::Chunk(_) | Kind::Join => match error {
+            "mediaonce.Transient" if task.attempts < RETRY_ATTEMPTS => {
+                Some((RETRY_FIRST_MS << task.attempts, false))
+            }
+            HEARTBEAT_TIMEOUT | TIMEOUT if task.timeouts < TIMEOUT_ATTEMPTS => {
+                Some((TIMEOUT_RETRY_MS, true))
+            }
+            _ => None,
+        },
+        Kind::Failed | Kind::End { .. } => {
+            (task.attempts < END_ATTEMPTS).then(|| (RETRY_FIRST_MS << task.attempts, false))
+        }
+    }
+}
+
+/// Times out `run`'s tasks not answered at `now_ms`: silent past the
+/// heartbeat limit since they were sent or last heartbeat, or past their
+/// whole time (a chunk's, or the join's and the announcements').
+fn time_out(executions: &InMemoryExecutions, run: &mut Run, now_ms: u64) {
+    let limits = run.input.limits;
+    for (token, task) in &mut run.tasks {
+        if executions.answer_of(token).is_some() {
+            continue;
+        }
+        let beats = executions.heartbeats_of(token);
+        if beats > task.beats_seen {
+            task.beats_seen = beats;
+            task.beat_ms = executions.last_heartbeat_ms(token).unwrap_or(now_ms);
+        }
+        let whole = match task.kind {
+            Kind::Chunk(_) => limits.chunk_seconds,
+            _ => limits.join_seconds,
+        };
+        if now_ms >= task.sent_ms + u64::from(whole) * 1_000 {
+            executions.time_out(token, TIMEOUT);
+        } else if now_ms >= task.beat_ms + u64::from(limits.heartbeat_seconds) * 1_000 {
+            executions.time_out(token, HEARTBEAT_TIMEOUT);
+        }
     }
 }

@@ -13,7 +13,7 @@
 mod burst;
 pub mod clients;
 mod long;
-mod machine;
+pub(crate) mod machine;
 mod traffic;
 
 use std::cmp::Reverse;

@@ -40,14 +40,18 @@ struct Stored {
     /// Uploaded in parts: its ETag is S3's multipart form (`<hex>-<parts>`),
     /// not the bytes' MD5, so the same bytes have another ETag.
     multipart: bool,
+    /// Encrypted with SSE-KMS (the bucket's default): S3 gives the put an
+    /// ETag that is not the bytes' MD5, another for every put of them.
+    kms_etag: Option<String>,
 }
 
 impl Stored {
     fn etag(&self) -> String {
+        let hex = self.kms_etag.clone().unwrap_or_else(|| etag(&self.bytes));
         if self.multipart {
-            format!("{}-2", etag(&self.bytes))
+            format!("{hex}-2")
         } else {
-            etag(&self.bytes)
+            hex
         }
     }
 }
@@ -70,6 +74,9 @@ pub struct InMemoryObjects {
     versions: Mutex<BTreeMap<(String, String), Vec<Version>>>,
     /// The last version id given (ids are opaque to callers, as S3's are).
     last_version: AtomicU64,
+    /// Buckets whose default encryption is SSE-KMS, and the puts to them.
+    kms: Mutex<BTreeSet<String>>,
+    kms_puts: AtomicU64,
     /// Keys whose current entry is a null delete marker (a DELETE in a
     /// versioning-suspended bucket); a put over it replaces it.
     null_markers: Mutex<std::collections::BTreeSet<(String, String)>>,
@@ -91,6 +98,13 @@ impl InMemoryObjects {
     /// Turns versioning on for `bucket` (before anything is stored in it).
     pub fn enable_versioning(&self, bucket: &str) {
         lock(&self.versioned).insert(bucket.to_string());
+    }
+
+    /// Encrypts every later put to `bucket` with SSE-KMS, as a bucket's
+    /// default encryption does: each put's ETag is not its bytes' MD5 (AWS
+    /// documents no relation), another for every put of the same bytes.
+    pub fn encrypt_with_kms(&self, bucket: &str) {
+        lock(&self.kms).insert(bucket.to_string());
     }
 
     fn is_versioned(&self, bucket: &str) -> bool {
@@ -187,15 +201,21 @@ impl InMemoryObjects {
             content_type: "application/octet-stream".into(),
             with_sha256: sha256,
             multipart,
+            kms_etag: None,
         };
-        let etag = stored.etag();
-        self.put_stored(bucket, key, stored);
-        etag
+        self.put_stored(bucket, key, stored)
     }
 
     /// A put's bytes stored: a new version in a versioned bucket, else the
-    /// key's object replaced (and a null marker over it gone).
-    fn put_stored(&self, bucket: &str, key: &str, stored: Stored) {
+    /// key's object replaced (and a null marker over it gone). Its ETag.
+    fn put_stored(&self, bucket: &str, key: &str, mut stored: Stored) -> String {
+        if lock(&self.kms).contains(bucket) {
+            let put = self.kms_puts.fetch_add(1, Ordering::Relaxed);
+            let mut salted = stored.bytes.clone();
+            salted.extend_from_slice(format!("kms put {put}").as_bytes());
+            stored.kms_etag = Some(etag(&salted));
+        }
+        let etag = stored.etag();
         if self.is_versioned(bucket) {
             self.push_version(bucket, key, Some(stored));
         } else {
@@ -203,6 +223,7 @@ impl InMemoryObjects {
             self.objects()
                 .insert((bucket.to_string(), key.to_string()), stored);
         }
+        etag
     }
 
     /// Makes `account` the owner of `bucket`.
@@ -368,7 +389,7 @@ impl ObjectClient for Arc<InMemoryObjects> {
             checksum_type: stored.with_sha256.then(|| "FULL_OBJECT".to_string()),
             content_type: Some(stored.content_type.clone()),
             // Unique per content, as a single-part upload's MD5 is.
-            etag_md5: !stored.multipart,
+            etag_md5: !stored.multipart && stored.kms_etag.is_none(),
             ..Default::default()
         }))
     }
@@ -417,6 +438,7 @@ impl ObjectClient for Arc<InMemoryObjects> {
                 content_type,
                 with_sha256: false,
                 multipart: false,
+                kms_etag: None,
             },
         );
         Ok(())
@@ -460,6 +482,7 @@ impl ObjectClient for Arc<InMemoryObjects> {
                 content_type: content_type.to_string(),
                 with_sha256: checksum_sha256.is_some(),
                 multipart: false,
+                kms_etag: None,
             },
         );
         Ok(())
@@ -516,5 +539,35 @@ impl ObjectClient for Arc<InMemoryObjects> {
             self.remove(bucket, key);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_sse_kms_buckets_puts_have_etags_that_are_not_their_md5() {
+        let objects = InMemoryObjects::new();
+        objects.encrypt_with_kms("in");
+        let first = objects.insert("in", "a", b"same bytes", false);
+        let again = objects.insert("in", "a", b"same bytes", false);
+        assert_ne!(first, again, "another ETag for every put of the bytes");
+        assert_ne!(
+            first.trim_matches('"'),
+            etag(b"same bytes").trim_matches('"')
+        );
+        let object = ObjectRef {
+            bucket: "in".into(),
+            key: "a".into(),
+            version_id: None,
+            if_match: None,
+        };
+        let head = objects.head_object(&object).await.unwrap().unwrap();
+        assert_eq!(head.etag, again);
+        assert!(!head.etag_md5, "another such ETag proves nothing");
+        // A bucket without it: the MD5, the same for the same bytes.
+        let plain = objects.insert("out", "a", b"same bytes", false);
+        assert_eq!(plain, objects.insert("out", "b", b"same bytes", false));
     }
 }

@@ -49,6 +49,14 @@ pub struct ExploreArgs {
     /// Workers crash three times as often: yes, no or either.
     #[arg(long, default_value = "either")]
     crashy: String,
+    /// The root recipe is `hls-package`, whose long inputs split into
+    /// chunk jobs run by a Step Functions execution: yes, no or either.
+    #[arg(long, default_value = "either")]
+    split: String,
+    /// The input bucket encrypts with SSE-KMS (no upload's ETag is its
+    /// MD5): yes, no or either.
+    #[arg(long, default_value = "either")]
+    kms: String,
     /// Print each run's report as one JSON line.
     #[arg(long)]
     json: bool,
@@ -82,10 +90,12 @@ type Choices = (
     Option<bool>,
     Option<bool>,
     Option<bool>,
+    Option<bool>,
+    Option<bool>,
 );
 
 /// The flags' choices: chained, teardown, skew beyond the margin,
-/// contention, crashy.
+/// contention, crashy, split, kms.
 fn world_choices(args: &ExploreArgs) -> Result<Choices, String> {
     Ok((
         choice("chained", &args.chained)?,
@@ -93,6 +103,8 @@ fn world_choices(args: &ExploreArgs) -> Result<Choices, String> {
         choice("skew-beyond-margin", &args.skew_beyond_margin)?,
         choice("contention", &args.contention)?,
         choice("crashy", &args.crashy)?,
+        choice("split", &args.split)?,
+        choice("kms", &args.kms)?,
     ))
 }
 
@@ -111,10 +123,11 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
             ))
         }
     };
-    let (chained, teardown, skew_beyond_margin, contention, crashy) = match world_choices(&args) {
-        Ok(choices) => choices,
-        Err(e) => return fail(e),
-    };
+    let (chained, teardown, skew_beyond_margin, contention, crashy, split, kms) =
+        match world_choices(&args) {
+            Ok(choices) => choices,
+            Err(e) => return fail(e),
+        };
     let first = args.seed.unwrap_or_else(|| fastrand::u64(..));
     let started = Instant::now();
     let mut steps = 0;
@@ -133,6 +146,8 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
             skew_beyond_margin,
             contention,
             crashy,
+            split,
+            kms,
         });
         steps += report.steps;
         if args.json {

@@ -12,10 +12,12 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::super::probe::{output_of, ExploreProbe, SkewedClock};
+use super::super::video::{ChunksOf, ExploreChunk, ExplorePackage, FIRST_SEGMENT};
 use super::{World, BUCKET, OUT};
 use crate::bus::{Bus, RecordingBus};
 use crate::config::Config;
 use crate::event::created_notification;
+use crate::executions::InMemoryExecutions;
 use crate::faults::FaultPlan;
 use crate::handler::App;
 use crate::key::{job_key, sha256_hex};
@@ -23,6 +25,7 @@ use crate::ledger::faults::FaultyTable;
 use crate::ledger::memory::InMemoryTable;
 use crate::ledger::{Ledger, RetryPolicy};
 use crate::queue::{Queue, RecordingQueue};
+use crate::simulate::machine::MACHINE_ARN;
 use crate::steps::StepRegistry;
 use crate::store::faults::FaultyObjects;
 use crate::store::memory::InMemoryObjects;
@@ -40,17 +43,44 @@ pub(super) struct Deployment {
     pub root_version: u64,
     pub chained_version: Option<u64>,
     pub generation: u64,
+    /// The root recipe is `hls-package`, whose long inputs split.
+    pub split: bool,
+    /// Edits of the root recipe's params (same name, same version).
+    pub root_edits: u64,
 }
 
 impl Deployment {
     fn recipes(&self) -> Value {
-        let mut recipes = vec![serde_json::json!({"name": "probe", "step": "explore-probe",
-            "version": self.root_version, "params": {}})];
+        let edited = |mut params: Value, field: &str, value: Value| {
+            if self.root_edits > 0 {
+                params[field] = value;
+            }
+            params
+        };
+        let (root, file) = if self.split {
+            let params = serde_json::json!({"ladder": [144]});
+            let segment = 4 + self.root_edits;
+            (
+                serde_json::json!({"name": "probe", "step": "hls-package",
+                    "version": self.root_version,
+                    "params": edited(params, "segment", segment.into())}),
+                FIRST_SEGMENT,
+            )
+        } else {
+            let params = serde_json::json!({});
+            (
+                serde_json::json!({"name": "probe", "step": "explore-probe",
+                    "version": self.root_version,
+                    "params": edited(params, "edit", self.root_edits.into())}),
+                "out.bin",
+            )
+        };
+        let mut recipes = vec![root];
         if let Some(version) = self.chained_version {
             recipes.push(
                 serde_json::json!({"name": "probe-next", "step": "explore-probe",
                 "version": version, "params": {},
-                "input": {"recipe": "probe", "file": "out.bin"}}),
+                "input": {"recipe": "probe", "file": file}}),
             );
         }
         Value::Array(recipes)
@@ -67,6 +97,10 @@ pub(super) struct Parts {
     pub plan: Arc<FaultPlan>,
     pub clock: SkewedClock,
     pub probe: ExploreProbe,
+    /// Step Functions, and the chunk jobs the split steps ran, by their
+    /// package's job.
+    pub executions: Arc<InMemoryExecutions>,
+    pub chunks: ChunksOf,
     pub gc_grace_secs: u64,
     pub by_content: bool,
     pub seed: u64,
@@ -78,7 +112,16 @@ impl Parts {
     pub fn app(&self, deployment: &Deployment) -> App {
         let mut steps = StepRegistry::builtin();
         steps.register(self.probe.clone());
-        let vars: BTreeMap<&str, String> = BTreeMap::from([
+        if deployment.split {
+            steps.register(ExplorePackage {
+                probe: self.probe.clone(),
+            });
+            steps.register(ExploreChunk {
+                probe: self.probe.clone(),
+                chunks: self.chunks.clone(),
+            });
+        }
+        let mut vars: BTreeMap<&str, String> = BTreeMap::from([
             ("MEDIAONCE_TABLE", "jobs".to_string()),
             ("MEDIAONCE_OUTPUT_BUCKET", OUT.to_string()),
             ("MEDIAONCE_OUTPUT_PREFIX", OUTPUT_PREFIX.to_string()),
@@ -93,9 +136,12 @@ impl Parts {
                 if self.by_content { "content" } else { "auto" }.to_string(),
             ),
         ]);
+        if deployment.split {
+            vars.insert("MEDIAONCE_SPLIT_MACHINE_ARN", MACHINE_ARN.to_string());
+        }
         let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps)
             .expect("the explorer's configuration");
-        App::new(
+        let app = App::new(
             config,
             Ledger::new(FaultyTable::over(self.table.clone(), self.plan.clone()))
                 .with_retry(RetryPolicy::immediate()),
@@ -107,7 +153,12 @@ impl Parts {
         .with_seed(
             self.seed
                 .wrapping_add(deployment.generation.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-        )
+        );
+        if deployment.split {
+            app.with_executions(self.executions.clone())
+        } else {
+            app
+        }
     }
 }
 
@@ -172,6 +223,12 @@ impl World {
             (Some(version), 0) => {
                 next.chained_version = Some(version + 1);
                 "the chained recipe's version bumped"
+            }
+            // Drawn apart, so that a world's other choices stay the
+            // ones its seed made before edits were explored.
+            _ if self.edits.bool() => {
+                next.root_edits += 1;
+                "the root recipe's params edited (its version kept)"
             }
             _ => {
                 next.root_version += 1;

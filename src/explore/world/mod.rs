@@ -4,7 +4,7 @@
 //! release one held call, start an invocation, let a user upload or
 //! delete, start a sweep, crash an actor, or move the clock.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -13,11 +13,13 @@ use tokio::task::JoinHandle;
 use super::check::{self, LiveObject, Snapshot};
 use super::probe::{ExploreProbe, SkewedClock, INJECTED_FAILURE};
 use super::sched::{Scheduler, ACTOR};
+use crate::executions::{ExecutionStatus, InMemoryExecutions};
 use crate::faults::{Call, FaultPlan};
 use crate::handler::{App, BatchReport};
 use crate::ledger::memory::InMemoryTable;
 use crate::ledger::JobStatus;
 use crate::queue::RecordingQueue;
+use crate::simulate::machine::SimMachine;
 use crate::store::memory::InMemoryObjects;
 
 mod deploy;
@@ -42,6 +44,11 @@ const START_MS: u64 = 1_800_000_000_000;
 /// The skew DESIGN.md allows between any two workers' clocks: the lease
 /// margin (`MEDIAONCE_LEASE_MARGIN_SECS`' default).
 const SKEW_MS: i64 = 10_000;
+/// Mixed into the seed for the draws of a split world, of edits, and of
+/// an encrypted bucket.
+const SPLIT_DRAW: u64 = 0x5b11_7000;
+const EDIT_DRAW: u64 = 0xed17_0000;
+const KMS_DRAW: u64 = 0x0c5e_0000;
 /// How many of an actor's last actions a report shows.
 const LAST_ACTIONS: usize = 8;
 
@@ -84,6 +91,14 @@ pub struct ExploreOptions {
     pub contention: Option<bool>,
     /// Workers crash three times as often. `None`: the seed chooses.
     pub crashy: Option<bool>,
+    /// The root recipe is `hls-package`, whose long inputs split into
+    /// chunk jobs run by a Step Functions execution (its state machine
+    /// modelled, an actor of its own). `None`: the seed chooses.
+    pub split: Option<bool>,
+    /// The input bucket encrypts with SSE-KMS by default: every upload's
+    /// ETag is not its bytes' MD5, another for every upload of the same
+    /// bytes. `None`: the seed chooses.
+    pub kms: Option<bool>,
 }
 
 impl Default for ExploreOptions {
@@ -101,6 +116,8 @@ impl Default for ExploreOptions {
             skew_beyond_margin: None,
             contention: None,
             crashy: None,
+            split: None,
+            kms: None,
         }
     }
 }
@@ -226,6 +243,14 @@ struct World {
     skew_beyond_margin: bool,
     contention: bool,
     crashy: bool,
+    /// Step Functions' executions of the split, moved on as the
+    /// definition says (a split world's).
+    machine: Option<SimMachine>,
+    /// The executions whose end the explorer has seen.
+    closed: BTreeSet<String>,
+    /// Draws whether a configuration change edits the root recipe or
+    /// bumps its version.
+    edits: fastrand::Rng,
     broken: Arc<Mutex<Vec<String>>>,
     messages: Vec<Message>,
     /// The live input objects, by name: the key, or in a versioned bucket
@@ -242,6 +267,24 @@ struct World {
     report: ExploreReport,
     last: BTreeMap<u64, VecDeque<String>>,
     digest: u64,
+}
+
+/// EventBridge's event of an execution of the split's state machine that
+/// closed without succeeding, as the template's rule delivers it.
+fn status_change(arn: &str, input: Option<String>) -> String {
+    let (source, detail_type) = crate::pipeline::split::STATUS_CHANGE;
+    serde_json::json!({
+        "version": "0",
+        "source": source,
+        "detail-type": detail_type,
+        "detail": {
+            "executionArn": arn,
+            "stateMachineArn": crate::simulate::machine::MACHINE_ARN,
+            "status": "FAILED",
+            "input": input,
+        },
+    })
+    .to_string()
 }
 
 /// Runs `options.steps` steps, then quiescence, checking the invariants
@@ -275,12 +318,23 @@ impl World {
             .unwrap_or_else(|| rng.u32(0..3) == 0);
         let contention = options.contention.unwrap_or_else(|| rng.bool());
         let crashy = options.crashy.unwrap_or_else(|| rng.bool());
+        // Drawn apart, so that a world without splits is the one its seed
+        // made before splits were explored.
+        let split = options
+            .split
+            .unwrap_or_else(|| fastrand::Rng::with_seed(options.seed ^ SPLIT_DRAW).u32(0..3) == 0);
+        let kms = options
+            .kms
+            .unwrap_or_else(|| fastrand::Rng::with_seed(options.seed ^ KMS_DRAW).u32(0..4) == 0);
         let clock = SkewedClock::new(START_MS);
         let sched = Arc::new(Scheduler::default());
         let table = Arc::new(InMemoryTable::new("jobs"));
         let objects = InMemoryObjects::new();
         if bucket == Bucket::Versioned {
             objects.enable_versioning(BUCKET);
+        }
+        if kms {
+            objects.encrypt_with_kms(BUCKET);
         }
         let queue = Arc::new(RecordingQueue::default());
         let broken = Arc::new(Mutex::new(Vec::new()));
@@ -300,6 +354,11 @@ impl World {
             plan: Arc::new(FaultPlan::gated(sched.clone())),
             clock: clock.clone(),
             probe,
+            executions: Arc::new(InMemoryExecutions::timed({
+                let clock = clock.clone();
+                move || clock.true_ms()
+            })),
+            chunks: Arc::default(),
             gc_grace_secs: options.gc_grace_secs,
             by_content,
             seed: options.seed,
@@ -308,7 +367,10 @@ impl World {
             root_version: 1,
             chained_version: chained.then_some(1),
             generation: 0,
+            split,
+            root_edits: 0,
         };
+        let machine = split.then(|| SimMachine::new(parts.executions.clone()));
         let app = parts.app(&deployment);
         let deployed = vec![deploy::recipe_hashes(&app)];
         World {
@@ -318,6 +380,9 @@ impl World {
             skew_beyond_margin,
             contention,
             crashy,
+            machine,
+            closed: BTreeSet::new(),
+            edits: fastrand::Rng::with_seed(options.seed ^ EDIT_DRAW),
             deployment,
             parts,
             deployed,
@@ -332,6 +397,8 @@ impl World {
                     ("skew_beyond_margin", skew_beyond_margin),
                     ("contention", contention),
                     ("crashy", crashy),
+                    ("split", split),
+                    ("kms", kms),
                 ]),
                 steps: 0,
                 actions: BTreeMap::new(),
@@ -451,13 +518,15 @@ impl World {
         // takeovers, abandoned rows), or a third as often (most work gets
         // somewhere, promised outputs and chained jobs, before the next).
         let crash = if self.crashy { 3 } else { 1 };
-        let choices: [(u32, u8); 6] = [
+        let states = if self.machine.is_some() { 3 } else { 0 };
+        let choices: [(u32, u8); 7] = [
             (if held.is_empty() { 0 } else { 36 }, 0),
             (if visible > 0 { 9 } else { 0 }, 1),
             (8, 2),
             (3, 3),
             (if self.actors.is_empty() { 0 } else { crash }, 4),
             (3, 5),
+            (states, 6),
         ];
         let total: u32 = choices.iter().map(|(w, _)| w).sum();
         let mut pick = self.rng.u32(0..total);
@@ -498,12 +567,71 @@ impl World {
                 let actor = actors[self.rng.usize(0..actors.len())];
                 self.crash(actor);
             }
-            _ => {
+            5 => {
                 let jump = [1_000, 30_000, 300_000, VISIBILITY_MS, 3_600_000][self.rng.usize(0..5)];
                 self.advance(jump);
             }
+            _ => {
+                if !self.states() {
+                    self.act("states", 0, "step functions: nothing moves".into());
+                }
+            }
         }
         self.settle().await;
+    }
+
+    /// Step Functions moves the split's executions on: tasks answered or
+    /// timed out lead to the next, each a message on the queue (a retry's
+    /// after its backoff). Whether anything moved.
+    fn states(&mut self) -> bool {
+        let now = self.now();
+        let Some(machine) = self.machine.as_mut() else {
+            return false;
+        };
+        let ended = machine.counts.executions_succeeded + machine.counts.executions_failed;
+        let started = machine.counts.executions_started;
+        let sends = machine.step(now);
+        let moved = !sends.is_empty()
+            || machine.counts.executions_succeeded + machine.counts.executions_failed != ended
+            || machine.counts.executions_started != started;
+        if !moved {
+            return false;
+        }
+        let running = machine.running();
+        let mut kinds: Vec<String> = sends.iter().map(|(_, body)| sqs::describe(body)).collect();
+        let closed: Vec<String> = machine
+            .ended()
+            .iter()
+            .filter(|arn| !self.closed.contains(*arn))
+            .cloned()
+            .collect();
+        for (at, body) in sends {
+            self.enqueue(body, at.saturating_sub(now));
+        }
+        // The template's rule: an execution that closed without
+        // succeeding is an event on the queue.
+        for arn in closed {
+            let executions = &self.parts.executions;
+            let status = executions.status_of(&arn);
+            if status != Some(ExecutionStatus::Succeeded) {
+                let input = executions.started().remove(&arn);
+                kinds.push(format!(
+                    "{status:?} {}",
+                    &arn[arn.len().saturating_sub(4)..]
+                ));
+                self.enqueue(status_change(&arn, input), 0);
+            }
+            self.closed.insert(arn);
+        }
+        self.act(
+            "states",
+            0,
+            format!(
+                "step functions: {running} running, sent [{}]",
+                kinds.join(", ")
+            ),
+        );
+        true
     }
 
     /// Lets the runtime run until every actor waits at the gate or is
@@ -701,15 +829,29 @@ impl World {
             None if quiescent => check::at_quiescence(&snapshot),
             None => check::every_step(&snapshot),
         };
-        result.err().map(|(invariant, detail)| Violation {
-            step,
-            invariant,
-            detail,
-            last_actions: self
-                .last
-                .iter()
-                .map(|(actor, actions)| (*actor, actions.iter().cloned().collect()))
-                .collect(),
+        result.err().map(|(invariant, mut detail)| {
+            // What still references a job the check names.
+            let holders: Vec<String> = self
+                .parts
+                .table
+                .reference_items()
+                .into_iter()
+                .filter(|(job, _)| detail.contains(job.as_str()))
+                .map(|(job, holder)| format!("{}… by {holder}", &job[..8]))
+                .collect();
+            if !holders.is_empty() {
+                detail = format!("{detail}; referenced: {}", holders.join(", "));
+            }
+            Violation {
+                step,
+                invariant,
+                detail,
+                last_actions: self
+                    .last
+                    .iter()
+                    .map(|(actor, actions)| (*actor, actions.iter().cloned().collect()))
+                    .collect(),
+            }
         })
     }
 
@@ -739,11 +881,27 @@ impl World {
                 .any(|m| m.holder.is_none() && m.visible_at <= self.now())
             {
                 self.invoke();
+            } else if self.states() {
+                // Answers and timeouts moved an execution on.
             } else if let Some(next) = self.messages.iter().map(|m| m.visible_at).min() {
                 self.advance(next.saturating_sub(self.now()));
+            } else if let Some(next) = self.machine.as_ref().and_then(SimMachine::next_timeout) {
+                // A task whose message is gone (dead-lettered) times out.
+                self.advance(next.saturating_sub(self.now()).max(1));
             } else if self.report.actions.get("final sweep").copied().unwrap_or(0) < 2 {
-                // Past every lease, mark and grace: what nothing uses goes.
-                let jump = (self.options.gc_grace_secs + 3_600) * 1_000;
+                // Past every lease (a split's job is held for its
+                // execution's whole time), mark and grace: what nothing
+                // uses goes.
+                let grace = self.options.gc_grace_secs * 1_000;
+                let lease = self
+                    .parts
+                    .table
+                    .job_rows()
+                    .iter()
+                    .map(|r| r.lease_until_ms)
+                    .max();
+                let past_leases = lease.map_or(0, |at| at.saturating_sub(self.now()) + grace + 1);
+                let jump = (grace + 3_600_000).max(past_leases);
                 self.advance(jump);
                 *self.report.actions.entry("final sweep").or_default() += 1;
                 self.sweep();

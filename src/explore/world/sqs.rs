@@ -164,6 +164,17 @@ impl World {
         self.report.dead_letters += dead;
         self.report.dead_letters_by_faults += by_faults;
         for body in dead_lettered {
+            // A split's task: every version of its job stops where the
+            // execution leaves it.
+            let value: Value = serde_json::from_str(&body).unwrap_or_default();
+            if let Some(job) = value["job"]["key"].as_str() {
+                for live in self.inputs.values_mut() {
+                    if live.jobs.first().map(String::as_str) == Some(job) {
+                        live.dead_lettered = true;
+                    }
+                }
+                continue;
+            }
             let (key, version) = target_of(&body);
             for live in self.inputs.values_mut() {
                 if key.as_deref() == Some(live.key.as_str())
@@ -246,6 +257,21 @@ pub(super) fn target_of(body: &str) -> (Option<String>, Option<String>) {
 /// A message, in a few words: what happened to which key.
 pub(super) fn describe(body: &str) -> String {
     let value: Value = serde_json::from_str(body).unwrap_or_default();
+    if let (Some(task), Some(job)) = (value["mediaonce"].as_str(), value["job"]["key"].as_str()) {
+        let span = value["span"]["index"]
+            .as_u64()
+            .map(|i| format!(" chunk {i}"))
+            .unwrap_or_default();
+        let execution = value["execution"].as_str().unwrap_or_default();
+        let execution = &execution[execution.len().saturating_sub(4)..];
+        return format!(
+            "{task} {}{span} (execution …{execution})",
+            &job[..job.len().min(8)]
+        );
+    }
+    if let Some(arn) = value["detail"]["executionArn"].as_str() {
+        return format!("execution …{} closed", &arn[arn.len().saturating_sub(4)..]);
+    }
     let record = &value["Records"][0];
     let key = record["s3"]["object"]["key"]
         .as_str()

@@ -27,7 +27,7 @@ pub const EXECUTION_HOLD: Duration = Duration::from_secs(2 * 86_400 + 3_600);
 /// execution, so that the end of one never frees what another holds.
 pub fn execution_holder(execution_arn: &str) -> String {
     let name = execution_arn.rsplit(':').next().unwrap_or(execution_arn);
-    format!("split#{name}")
+    format!("{}{name}", crate::references::HOLDER_PREFIX)
 }
 
 /// The chunk jobs of `package`'s job over `input_hash`, one per span.

@@ -1,0 +1,201 @@
+//! The explorer's long videos: `hls-package` and `hls-chunk` as steps
+//! whose outputs are functions of their input's bytes alone, so that the
+//! split's real machinery (its execution started by the handler, chunk
+//! jobs, the join, the hand-on of every version at the end) runs over
+//! them. An input is long when the first byte of its SHA-256 is under
+//! [`LONG_BELOW`]: it splits into [`CHUNKS`] chunks. The package's first
+//! segment, whole or joined, is [`output_of`] its input, the file a
+//! chained recipe reads: so a chained job's key is the same whether its
+//! package was split or not.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Map, Value};
+
+use super::probe::{output_of, ExploreProbe};
+use crate::key::{job_key, sha256_hex};
+use crate::step::{ChunkSpan, InputUse, JobOutputs, Step, StepContext, StepError};
+use crate::steps::hls::chunk_job::{
+    ChunkParams, ChunkSegments, RenditionSegments, CHUNK_STEP, SEGMENTS_FILE,
+};
+use crate::steps::hls::playlist::SegmentSummary;
+
+/// The chunks a long input splits into.
+pub const CHUNKS: u32 = 3;
+/// Inputs whose SHA-256 begins with a byte under this are long.
+pub const LONG_BELOW: u8 = 0xa0;
+/// The package's one rendition.
+const RENDITION: &str = "144p";
+/// The file of a package a chained recipe reads: its first segment.
+pub const FIRST_SEGMENT: &str = "144p/seg-00000.ts";
+
+/// Whether `bytes` are a long video's.
+pub fn is_long(bytes: &[u8]) -> bool {
+    u8::from_str_radix(&sha256_hex(bytes)[..2], 16).unwrap_or(u8::MAX) < LONG_BELOW
+}
+
+/// What segment `index` of a package of `input` holds: the first is
+/// [`output_of`] the input.
+fn segment_of(input: &[u8], index: u32) -> Vec<u8> {
+    match index {
+        0 => output_of(input),
+        _ => format!("segment {index} of {}", sha256_hex(input)).into_bytes(),
+    }
+}
+
+/// Chunk jobs, by key, and the package job each is of: a chunk's row is
+/// kept or collected with its package's split.
+pub type ChunksOf = Arc<Mutex<BTreeMap<String, String>>>;
+
+/// `hls-package`: splits a long input, and runs a short one whole (its one
+/// segment), each run checked by the probe (its claim held).
+#[derive(Clone)]
+pub struct ExplorePackage {
+    pub probe: ExploreProbe,
+}
+
+#[async_trait::async_trait]
+impl Step for ExplorePackage {
+    type Params = ();
+
+    fn name(&self) -> &'static str {
+        "hls-package"
+    }
+
+    fn params(&self, _params: &Map<String, Value>) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn input_use(&self, _params: &()) -> InputUse {
+        InputUse::Ranges
+    }
+
+    async fn split(
+        &self,
+        _params: &(),
+        context: &StepContext<'_>,
+    ) -> Result<Option<Vec<ChunkSpan>>, StepError> {
+        let input = context.input.read_range(0..context.input.head.size).await?;
+        if !is_long(&input) {
+            return Ok(None);
+        }
+        Ok(Some(
+            (0..CHUNKS)
+                .map(|index| ChunkSpan {
+                    index,
+                    start_ms: u64::from(index) * 60_000,
+                    end_ms: (index + 1 < CHUNKS).then_some(u64::from(index + 1) * 60_000),
+                })
+                .collect(),
+        ))
+    }
+
+    async fn run(
+        &self,
+        _params: &(),
+        context: &StepContext<'_>,
+        outputs: &mut JobOutputs,
+    ) -> Result<(), StepError> {
+        let run = self.probe.begin(context).await?;
+        let result = async {
+            let input = context.input.read_range(0..context.input.head.size).await?;
+            outputs
+                .put_bytes(FIRST_SEGMENT, "video/mp2t", segment_of(&input, 0))
+                .await
+        }
+        .await;
+        self.probe.end(context.job_key, run);
+        result
+    }
+}
+
+/// `hls-chunk`: one segment of its span and its summary, for the join;
+/// its run checked by the probe, and its package noted.
+#[derive(Clone)]
+pub struct ExploreChunk {
+    pub probe: ExploreProbe,
+    pub chunks: ChunksOf,
+}
+
+#[async_trait::async_trait]
+impl Step for ExploreChunk {
+    type Params = ChunkParams;
+
+    fn name(&self) -> &'static str {
+        CHUNK_STEP
+    }
+
+    fn params(&self, params: &Map<String, Value>) -> Result<ChunkParams, String> {
+        ChunkParams::from_params(params)
+    }
+
+    fn input_use(&self, _params: &ChunkParams) -> InputUse {
+        InputUse::Ranges
+    }
+
+    async fn run(
+        &self,
+        params: &ChunkParams,
+        context: &StepContext<'_>,
+        outputs: &mut JobOutputs,
+    ) -> Result<(), StepError> {
+        let package = job_key(
+            &context.input.fingerprint.input_hash,
+            &params.package.hash(),
+        );
+        self.chunks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(context.job_key.to_string(), package);
+        let run = self.probe.begin(context).await?;
+        let result = async {
+            let input = context.input.read_range(0..context.input.head.size).await?;
+            let name = format!("seg-{:05}.ts", params.index);
+            let bytes = segment_of(&input, params.index);
+            // One segment of two frames a chunk, a minute apart.
+            let first_pts = 900_000 + u64::from(params.index) * 60 * 90_000;
+            let summary = SegmentSummary {
+                name: name.clone(),
+                bytes: bytes.len() as u64,
+                first_pts,
+                last_pts: first_pts + 3_000,
+                frames: 2,
+                intervals: BTreeMap::from([(3_000, 1)]),
+                opens_on_keyframe: true,
+                codecs: "avc1.64001f".into(),
+                width: 256,
+                height: 144,
+            };
+            outputs
+                .put_bytes(&format!("{RENDITION}/{name}"), "video/mp2t", bytes)
+                .await?;
+            let listing = ChunkSegments {
+                renditions: vec![RenditionSegments {
+                    name: RENDITION.into(),
+                    segments: vec![summary],
+                }],
+            };
+            let json = serde_json::to_vec(&listing).expect("summaries serialize");
+            outputs
+                .put_bytes(SEGMENTS_FILE, "application/json", json)
+                .await
+        }
+        .await;
+        self.probe.end(context.job_key, run);
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn some_of_the_worlds_contents_are_long_and_some_short() {
+        let long: Vec<bool> = (0..3)
+            .map(|n| is_long(format!("content {n}").as_bytes()))
+            .collect();
+        assert_eq!(long, [true, false, true]);
+    }
+}
