@@ -137,8 +137,8 @@ MUTATIONS = [
         "a takeover whose input is replaced deletes the row that names its files",
         "issue 39 (found by the explorer: contention and crashes)",
         "src/handler/job/mod.rs",
-        "            if claim.attempt > 1 || !outputs.files().is_empty() {",
-        "            if false && (claim.attempt > 1 || !outputs.files().is_empty()) {",
+        "let (given_up, how) = if claim.attempt > 1 || !outputs.files().is_empty() {",
+        "let (given_up, how) = if false && (claim.attempt > 1 || !outputs.files().is_empty()) {",
     ),
     (
         "a split's hold whose execution never started is kept for good",

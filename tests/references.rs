@@ -22,6 +22,7 @@ use mediaonce::faults::{Call, FaultPlan};
 use mediaonce::fingerprint::{FingerprintSource, ObjectHead};
 use mediaonce::handler::{BatchReport, Outcome};
 use mediaonce::key::{job_key, sha256_hex};
+use mediaonce::ledger::JobStatus;
 use mediaonce::references::{RefItem, VersionName};
 use mediaonce::store::s3::S3Objects;
 use mediaonce::store::{
@@ -230,6 +231,51 @@ async fn make_legacy(p: &Pipeline, job_keys: &[&str], versions: &[&str]) {
                 .await
                 .expect("delete the reference item");
         }
+    }
+}
+
+/// A table from before reference items with a chained recipe: `refs
+/// rebuild` references each version's whole pipeline, its chained jobs
+/// keyed by their upstream manifests as a walk keys them, so after `refs
+/// seal` the sweep keeps them while the version lives. It referenced only
+/// the root jobs: the seal then left a live version's chained outputs to
+/// the sweep (found by the explorer, a legacy world with a chained recipe:
+/// `mediaonce explore --legacy yes --chained yes --steps 60`, seed 10).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_references_a_versions_chained_jobs_and_the_seal_keeps_them() {
+    let p = Pipeline::new(Options {
+        recipes: Some(
+            r#"[{"name": "p1", "step": "probe", "version": 1, "params": {}},
+                {"name": "p2", "step": "probe", "version": 1, "params": {},
+                 "input": {"recipe": "p1", "file": "probe.json"}}]"#
+                .into(),
+        ),
+        separate_output_bucket: true,
+        vars: vec![(ENV_GC_GRACE_SECS, "0".into())],
+        ..Options::default()
+    })
+    .await;
+    p.put("kept/a.bin", BYTES, true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let jobs: Vec<String> = report.jobs().map(|j| j.job_key.clone()).collect();
+    assert_eq!(report.count(Outcome::Ran), 2, "{report:?}");
+    make_legacy(&p, &[&jobs[0], &jobs[1]], &["kept/a.bin"]).await;
+    assert_eq!((p.refs(&jobs[0]).await, p.refs(&jobs[1]).await), (0, 0));
+
+    let summary = p
+        .app
+        .rebuild_refs(&p.bucket, "", false, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(summary.references, 2, "{summary:?}");
+    assert_eq!((p.refs(&jobs[0]).await, p.refs(&jobs[1]).await), (1, 1));
+    let sealed = p.app.seal_refs(false).await.unwrap();
+    assert_eq!(sealed.len(), 2);
+    let sweep = p.app.collect_due(false).await.unwrap();
+    assert_eq!(sweep.objects(), 0, "{sweep:?}");
+    for job in &jobs {
+        let row = p.row(job).await.expect("kept");
+        assert_eq!(row.status, JobStatus::Done);
     }
 }
 

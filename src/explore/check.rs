@@ -28,6 +28,9 @@ pub struct LiveObject {
     /// its reference written before the create is acknowledged, from the
     /// moment it is `done`).
     pub promised: bool,
+    /// A message of it was acknowledged with no job waiting on a split:
+    /// its walk got past the root, and its chained job is referenced.
+    pub walked: bool,
     /// Its chained job was seen `done` since it was promised.
     pub chained_done: bool,
     /// A message of it reached the dead-letter queue by the explorer's
@@ -78,13 +81,17 @@ pub fn every_step(s: &Snapshot<'_>) -> Result<(), Broken> {
         for (stage, job) in live.jobs.iter().enumerate() {
             // The root job is promised with the create, and its row must
             // be there. The chained one is referenced before the create is
-            // acknowledged, so none of its files may go; its row must be
-            // there once it was seen done (or, the same bytes again, its
-            // promise carried over).
+            // acknowledged (unless the root waits on a split: then before
+            // the split's hand-on is), so none of its files may go; its
+            // row must be there once it was seen done (or, the same bytes
+            // again, its promise carried over).
             let (promised, must_exist) = if stage == 0 {
                 (live.promised, true)
             } else {
-                (live.promised || live.chained_done, live.chained_done)
+                (
+                    live.promised && live.walked || live.chained_done,
+                    live.chained_done,
+                )
             };
             if !promised {
                 continue;
@@ -163,11 +170,13 @@ pub fn at_quiescence(s: &Snapshot<'_>) -> Result<(), Broken> {
     };
     // A poisoned row is kept on purpose once its versions are gone: it
     // stops a re-upload of the same bytes from running again (DESIGN.md,
-    // "Collection").
+    // "Collection"); so is a done row from before reference items until
+    // `refs seal` says every version using it has one ("Rows older than
+    // reference items").
     if let Some(row) = s
         .rows
         .iter()
-        .find(|r| !wanted(&r.job_key) && !poisoned(s, r))
+        .find(|r| !wanted(&r.job_key) && !poisoned(s, r) && r.ref_items)
     {
         return Err((
             "nothing leaks",

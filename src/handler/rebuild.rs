@@ -17,7 +17,7 @@ use super::identify::identify;
 use super::job::BatchJobs;
 use super::references::{bytes_of, head_version, reconcile_version, Start};
 use super::{App, JobReport, Outcome};
-use crate::config::RecipeRule;
+use crate::config::{split_s3_location, RecipeRule};
 use crate::fingerprint::{s3_checksum, version_etag, Fingerprint, FingerprintSource, ObjectHead};
 use crate::identity::IdentityMode;
 use crate::key::job_key;
@@ -239,6 +239,7 @@ impl App {
         // Per recipe, the job the version wants: the done one, else this
         // configuration's key.
         let mut wanted = BTreeSet::new();
+        let mut done_roots: Vec<(&RecipeRule, JobRow)> = Vec::new();
         for rule in rules {
             let mut first: Option<(String, Option<JobRow>)> = None;
             let mut done: Option<(JobRow, FingerprintSource)> = None;
@@ -258,19 +259,8 @@ impl App {
             match (done, first) {
                 (Some((row, source)), _) => {
                     wanted.insert(row.job_key.clone());
-                    reports.push(JobReport {
-                        job_key: row.job_key,
-                        recipe: rule.name.clone(),
-                        step: rule.recipe.step.clone(),
-                        version: rule.recipe.version,
-                        outcome: Outcome::Reused,
-                        attempt: row.attempts,
-                        duration_ms: 0,
-                        reason: None,
-                        busy_until_ms: None,
-                        input_hash_source: Some(source),
-                        outputs: Some(row.output_prefix),
-                    })
+                    reports.push(reused(rule, &row, source));
+                    done_roots.push((*rule, row));
                 }
                 (None, Some((job_key, row))) => {
                     wanted.insert(job_key.clone());
@@ -285,7 +275,61 @@ impl App {
                 (None, None) => {}
             }
         }
+        self.done_downstream(done_roots, &mut reports, &mut wanted, rebuilt)
+            .await?;
         Ok((reports, wanted, identified.fingerprint))
+    }
+
+    /// The jobs chained to `done` ones, level by level, keyed as a walk of
+    /// the pipeline keys them: by the SHA-256 the upstream manifest records
+    /// for their input file. A version references its whole pipeline. A
+    /// rebuild that referenced only the roots left a sealed row's chained
+    /// jobs unreferenced, and the sweep collected them while the version
+    /// lived (found by the explorer: a table from before reference items,
+    /// a chained recipe). A job not done is referenced too and listed, as
+    /// a root is; an upstream without its manifest or the file names no
+    /// job.
+    async fn done_downstream(
+        &self,
+        mut done: Vec<(&RecipeRule, JobRow)>,
+        reports: &mut Vec<JobReport>,
+        wanted: &mut BTreeSet<String>,
+        rebuilt: &mut RebuiltVersion,
+    ) -> Result<(), String> {
+        while let Some((upstream, row)) = done.pop() {
+            let children = self.config.chained_to(upstream);
+            let Some((bucket, prefix)) = split_s3_location(&row.output_prefix) else {
+                continue;
+            };
+            if children.is_empty() {
+                continue;
+            }
+            let Some(manifest) = self.manifest_under(bucket, prefix).await? else {
+                continue;
+            };
+            for rule in children {
+                let Some(input) = &rule.input else { continue };
+                let Some(file) = manifest.outputs.iter().find(|f| f.name == input.file) else {
+                    continue;
+                };
+                let key = job_key(&file.sha256, &rule.recipe_hash);
+                wanted.insert(key.clone());
+                match self.ledger.get(&key).await.map_err(|e| e.to_string())? {
+                    Some(row) if row.status == JobStatus::Done => {
+                        reports.push(reused(rule, &row, FingerprintSource::UpstreamManifest));
+                        done.push((rule, row));
+                    }
+                    row => rebuilt.not_done.push(NotReferenced {
+                        job_key: key,
+                        reason: match row {
+                            Some(row) => format!("the job is {}", row.status.as_str()),
+                            None => "the job has no row: it never ran (or was collected)".into(),
+                        },
+                    }),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Declares every done row from before reference items complete: the
@@ -312,5 +356,22 @@ impl App {
             });
         }
         Ok(sealed)
+    }
+}
+
+/// A done job a rebuild references, as its report says.
+fn reused(rule: &RecipeRule, row: &JobRow, source: FingerprintSource) -> JobReport {
+    JobReport {
+        job_key: row.job_key.clone(),
+        recipe: rule.name.clone(),
+        step: rule.recipe.step.clone(),
+        version: rule.recipe.version,
+        outcome: Outcome::Reused,
+        attempt: row.attempts,
+        duration_ms: 0,
+        reason: None,
+        busy_until_ms: None,
+        input_hash_source: Some(source),
+        outputs: Some(row.output_prefix.clone()),
     }
 }

@@ -57,6 +57,14 @@ pub struct ExploreArgs {
     /// MD5): yes, no or either.
     #[arg(long, default_value = "either")]
     kms: String,
+    /// In a versioned bucket, delete markers release what they hide
+    /// (MEDIAONCE_RELEASE_ON_DELETE_MARKER=true): yes, no or either.
+    #[arg(long, default_value = "either")]
+    release_on_marker: String,
+    /// The table is from before reference items, and the operator
+    /// migrates it (refs rebuild, then refs seal): yes, no or either.
+    #[arg(long, default_value = "either")]
+    legacy: String,
     /// Print each run's report as one JSON line.
     #[arg(long)]
     json: bool,
@@ -84,28 +92,26 @@ fn choice(flag: &str, value: &str) -> Result<Option<bool>, String> {
     }
 }
 
-type Choices = (
-    Option<bool>,
-    Option<bool>,
-    Option<bool>,
-    Option<bool>,
-    Option<bool>,
-    Option<bool>,
-    Option<bool>,
-);
-
-/// The flags' choices: chained, teardown, skew beyond the margin,
-/// contention, crashy, split, kms.
-fn world_choices(args: &ExploreArgs) -> Result<Choices, String> {
-    Ok((
-        choice("chained", &args.chained)?,
-        choice("teardown", &args.teardown)?,
-        choice("skew-beyond-margin", &args.skew_beyond_margin)?,
-        choice("contention", &args.contention)?,
-        choice("crashy", &args.crashy)?,
-        choice("split", &args.split)?,
-        choice("kms", &args.kms)?,
-    ))
+/// The world the flags make: each choice they leave to the seed `None`.
+fn world_of(args: &ExploreArgs, bucket: Option<Bucket>) -> Result<ExploreOptions, String> {
+    Ok(ExploreOptions {
+        steps: args.steps,
+        keys: args.keys,
+        contents: args.contents,
+        gc_grace_secs: args.gc_grace_secs,
+        bucket,
+        by_content: None,
+        chained: choice("chained", &args.chained)?,
+        teardown: choice("teardown", &args.teardown)?,
+        skew_beyond_margin: choice("skew-beyond-margin", &args.skew_beyond_margin)?,
+        contention: choice("contention", &args.contention)?,
+        crashy: choice("crashy", &args.crashy)?,
+        split: choice("split", &args.split)?,
+        kms: choice("kms", &args.kms)?,
+        release_on_marker: choice("release-on-marker", &args.release_on_marker)?,
+        legacy: choice("legacy", &args.legacy)?,
+        ..ExploreOptions::default()
+    })
 }
 
 pub fn run_seeds(args: ExploreArgs) -> ExitCode {
@@ -123,11 +129,10 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
             ))
         }
     };
-    let (chained, teardown, skew_beyond_margin, contention, crashy, split, kms) =
-        match world_choices(&args) {
-            Ok(choices) => choices,
-            Err(e) => return fail(e),
-        };
+    let world = match world_of(&args, bucket) {
+        Ok(world) => world,
+        Err(e) => return fail(e),
+    };
     let first = args.seed.unwrap_or_else(|| fastrand::u64(..));
     let started = Instant::now();
     let mut steps = 0;
@@ -135,19 +140,7 @@ pub fn run_seeds(args: ExploreArgs) -> ExitCode {
     for seed in (0..args.seeds).map(|n| first.wrapping_add(n)) {
         let report = run(ExploreOptions {
             seed,
-            steps: args.steps,
-            keys: args.keys,
-            contents: args.contents,
-            gc_grace_secs: args.gc_grace_secs,
-            bucket,
-            by_content: None,
-            chained,
-            teardown,
-            skew_beyond_margin,
-            contention,
-            crashy,
-            split,
-            kms,
+            ..world.clone()
         });
         steps += report.steps;
         if args.json {

@@ -102,6 +102,8 @@ pub(super) struct Parts {
     pub executions: Arc<InMemoryExecutions>,
     pub chunks: ChunksOf,
     pub gc_grace_secs: u64,
+    /// `MEDIAONCE_RELEASE_ON_DELETE_MARKER=true`.
+    pub release_on_marker: bool,
     pub by_content: bool,
     pub seed: u64,
 }
@@ -138,6 +140,9 @@ impl Parts {
         ]);
         if deployment.split {
             vars.insert("MEDIAONCE_SPLIT_MACHINE_ARN", MACHINE_ARN.to_string());
+        }
+        if self.release_on_marker {
+            vars.insert("MEDIAONCE_RELEASE_ON_DELETE_MARKER", "true".to_string());
         }
         let config = Config::from_lookup(|name| vars.get(name).cloned(), &steps)
             .expect("the explorer's configuration");
@@ -258,6 +263,7 @@ impl World {
             let object = self.inputs.get_mut(&name).expect("listed");
             object.jobs = jobs;
             object.promised = false;
+            object.walked = false;
             object.chained_done = false;
             object.configured = false;
             object.generation = self.deployment.generation;
@@ -284,7 +290,9 @@ impl World {
                 Some(&object.etag),
                 Some(object.bytes().len() as u64),
             );
-            self.inputs.get_mut(&name).expect("listed").configured = true;
+            let listed = self.inputs.get_mut(&name).expect("listed");
+            listed.configured = true;
+            listed.backfilled = self.bucket == super::Bucket::Versioned;
             self.enqueue(body, 0);
         }
     }

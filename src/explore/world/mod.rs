@@ -23,6 +23,7 @@ use crate::simulate::machine::SimMachine;
 use crate::store::memory::InMemoryObjects;
 
 mod deploy;
+mod legacy;
 mod sqs;
 mod users;
 
@@ -44,11 +45,13 @@ const START_MS: u64 = 1_800_000_000_000;
 /// The skew DESIGN.md allows between any two workers' clocks: the lease
 /// margin (`MEDIAONCE_LEASE_MARGIN_SECS`' default).
 const SKEW_MS: i64 = 10_000;
-/// Mixed into the seed for the draws of a split world, of edits, and of
-/// an encrypted bucket.
+/// Mixed into the seed for the draws of a split world, of edits, of an
+/// encrypted bucket, of markers that release, and of a legacy table.
 const SPLIT_DRAW: u64 = 0x5b11_7000;
 const EDIT_DRAW: u64 = 0xed17_0000;
 const KMS_DRAW: u64 = 0x0c5e_0000;
+const MARKER_DRAW: u64 = 0x3a2c_0000;
+const LEGACY_DRAW: u64 = 0x1e6a_0000;
 /// How many of an actor's last actions a report shows.
 const LAST_ACTIONS: usize = 8;
 
@@ -99,6 +102,15 @@ pub struct ExploreOptions {
     /// ETag is not its bytes' MD5, another for every upload of the same
     /// bytes. `None`: the seed chooses.
     pub kms: Option<bool>,
+    /// A versioned bucket's delete markers release the versions they hide
+    /// (`MEDIAONCE_RELEASE_ON_DELETE_MARKER=true`): those versions are no
+    /// longer promised anything, though S3 keeps them. `None`: the seed
+    /// chooses (in a versioned bucket).
+    pub release_on_marker: Option<bool>,
+    /// The table is from before reference items: objects and done rows an
+    /// older mediaonce left, and the operator's migration (`refs rebuild`,
+    /// then `refs seal`). `None`: the seed chooses.
+    pub legacy: Option<bool>,
 }
 
 impl Default for ExploreOptions {
@@ -118,6 +130,8 @@ impl Default for ExploreOptions {
             crashy: None,
             split: None,
             kms: None,
+            release_on_marker: None,
+            legacy: None,
         }
     }
 }
@@ -209,12 +223,26 @@ struct Object {
     /// When it was written (the explorer's action count).
     written: u64,
     promised: bool,
+    /// A message of it was acknowledged with no job of it waiting on a
+    /// split: its walk got past its root job, so its chained job is
+    /// referenced (a create acknowledged while its root job is split
+    /// references the chained job only when the split's end hands it on).
+    walked: bool,
     /// Its chained job was seen `done` since it was promised.
     chained_done: bool,
     /// A message of it reached the dead-letter queue by the explorer's
     /// faults: its pipeline may stop where that left it (a redrive is the
     /// operator's), and its jobs' rows with it.
     dead_lettered: bool,
+    /// Configured by a backfill's create, which names the key, not the
+    /// version: in a versioned bucket it applies to this version only
+    /// while it is current (a newer version or marker first, and the
+    /// create is the newer one's, or skipped).
+    backfilled: bool,
+    /// A delete marker hides it, and markers release what they hide: it
+    /// is gone to mediaonce, though S3 keeps it (no create of it is a
+    /// promise again).
+    hidden: bool,
 }
 
 enum Running {
@@ -251,6 +279,10 @@ struct World {
     /// Draws whether a configuration change edits the root recipe or
     /// bumps its version.
     edits: fastrand::Rng,
+    /// A table from before reference items, and whether its migration
+    /// has completed.
+    legacy: bool,
+    sealed: legacy::Sealed,
     broken: Arc<Mutex<Vec<String>>>,
     messages: Vec<Message>,
     /// The live input objects, by name: the key, or in a versioned bucket
@@ -291,6 +323,9 @@ fn status_change(arn: &str, input: Option<String>) -> String {
 /// after each; the report says what happened and what broke.
 pub async fn explore(options: ExploreOptions) -> ExploreReport {
     let mut world = World::new(options);
+    if world.legacy {
+        world.seed_legacy();
+    }
     let steps = world.options.steps;
     for _ in 0..steps {
         world.step().await;
@@ -326,6 +361,13 @@ impl World {
         let kms = options
             .kms
             .unwrap_or_else(|| fastrand::Rng::with_seed(options.seed ^ KMS_DRAW).u32(0..4) == 0);
+        let release_on_marker = bucket == Bucket::Versioned
+            && options
+                .release_on_marker
+                .unwrap_or_else(|| fastrand::Rng::with_seed(options.seed ^ MARKER_DRAW).bool());
+        let legacy = options
+            .legacy
+            .unwrap_or_else(|| fastrand::Rng::with_seed(options.seed ^ LEGACY_DRAW).u32(0..4) == 0);
         let clock = SkewedClock::new(START_MS);
         let sched = Arc::new(Scheduler::default());
         let table = Arc::new(InMemoryTable::new("jobs"));
@@ -360,6 +402,7 @@ impl World {
             })),
             chunks: Arc::default(),
             gc_grace_secs: options.gc_grace_secs,
+            release_on_marker,
             by_content,
             seed: options.seed,
         };
@@ -383,6 +426,8 @@ impl World {
             machine,
             closed: BTreeSet::new(),
             edits: fastrand::Rng::with_seed(options.seed ^ EDIT_DRAW),
+            legacy,
+            sealed: Arc::default(),
             deployment,
             parts,
             deployed,
@@ -399,6 +444,8 @@ impl World {
                     ("crashy", crashy),
                     ("split", split),
                     ("kms", kms),
+                    ("release_on_marker", release_on_marker),
+                    ("legacy", legacy),
                 ]),
                 steps: 0,
                 actions: BTreeMap::new(),
@@ -426,10 +473,11 @@ impl World {
         }
     }
 
-    /// A promised object's chained job, once `done`, is promised too.
+    /// A promised object's chained job, once `done` and its walk past the
+    /// root, is promised too.
     fn observe(&mut self, rows: &[crate::ledger::JobRow]) {
         for object in self.inputs.values_mut() {
-            if object.promised && !object.chained_done && object.configured {
+            if object.promised && object.walked && !object.chained_done && object.configured {
                 if let Some(chained) = object.jobs.get(1) {
                     object.chained_done = rows
                         .iter()
@@ -519,7 +567,8 @@ impl World {
         // somewhere, promised outputs and chained jobs, before the next).
         let crash = if self.crashy { 3 } else { 1 };
         let states = if self.machine.is_some() { 3 } else { 0 };
-        let choices: [(u32, u8); 7] = [
+        let migration = if self.unsealed() { 2 } else { 0 };
+        let choices: [(u32, u8); 8] = [
             (if held.is_empty() { 0 } else { 36 }, 0),
             (if visible > 0 { 9 } else { 0 }, 1),
             (8, 2),
@@ -527,6 +576,7 @@ impl World {
             (if self.actors.is_empty() { 0 } else { crash }, 4),
             (3, 5),
             (states, 6),
+            (migration, 7),
         ];
         let total: u32 = choices.iter().map(|(w, _)| w).sum();
         let mut pick = self.rng.u32(0..total);
@@ -571,11 +621,12 @@ impl World {
                 let jump = [1_000, 30_000, 300_000, VISIBILITY_MS, 3_600_000][self.rng.usize(0..5)];
                 self.advance(jump);
             }
-            _ => {
+            6 => {
                 if !self.states() {
                     self.act("states", 0, "step functions: nothing moves".into());
                 }
             }
+            _ => self.migrate(),
         }
         self.settle().await;
     }
@@ -788,6 +839,7 @@ impl World {
                 ),
                 jobs: object.jobs.clone(),
                 promised: object.promised,
+                walked: object.walked,
                 chained_done: object.chained_done,
                 dead_lettered: object.dead_lettered,
                 configured: object.configured,
@@ -888,6 +940,9 @@ impl World {
             } else if let Some(next) = self.machine.as_ref().and_then(SimMachine::next_timeout) {
                 // A task whose message is gone (dead-lettered) times out.
                 self.advance(next.saturating_sub(self.now()).max(1));
+            } else if self.unsealed() {
+                // The operator completes the upgrade.
+                self.migrate();
             } else if self.report.actions.get("final sweep").copied().unwrap_or(0) < 2 {
                 // Past every lease (a split's job is held for its
                 // execution's whole time), mark and grace: what nothing

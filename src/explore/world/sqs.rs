@@ -132,7 +132,7 @@ impl World {
                 return true;
             }
             if !failed.contains(&message.id) {
-                acked.push(message.body.clone());
+                acked.push((message.id.clone(), message.body.clone()));
                 return false;
             }
             if injected.contains(&message.id.as_str()) {
@@ -185,25 +185,26 @@ impl World {
             }
         }
         self.report.dead_letters_poisoned += poisoned_dead;
-        // A create acknowledged for the bytes a key holds, by an
-        // invocation that began after they were written (so every HEAD of
-        // it saw them): promised.
-        for body in acked {
+        // A create (or a hand-on) acknowledged for the bytes a key holds,
+        // by an invocation that began after they were written (so every
+        // HEAD of it saw them): promised; walked past the root unless a
+        // job of it waits on a split.
+        let waiting = messages_where(report, |j| j.outcome == Outcome::Waiting);
+        for (id, body) in acked {
             let value: Value = serde_json::from_str(&body).unwrap_or_default();
             let object = &value["Records"][0]["s3"]["object"];
-            let (key, etag, version) = (
-                object["key"].as_str(),
-                object["eTag"].as_str(),
-                object["versionId"].as_str(),
-            );
+            let field = |name: &str| object[name].as_str().or(value[name].as_str());
+            let (key, etag, version) = (field("key"), field("eTag"), field("versionId"));
             for live in self.inputs.values_mut() {
                 if started > live.written
+                    && !live.hidden
                     && generation == self.deployment.generation
                     && key == Some(live.key.as_str())
                     && etag == Some(live.etag.as_str())
-                    && version == live.version.as_deref()
+                    && version.filter(|v| *v != "null") == live.version.as_deref()
                 {
                     live.promised = true;
+                    live.walked |= !waiting.contains(&id.as_str());
                 }
             }
         }

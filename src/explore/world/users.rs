@@ -10,7 +10,7 @@ use crate::key::sha256_hex;
 use crate::store::{ObjectClient, ObjectRef};
 
 /// The bytes of the world's content number `content`.
-fn content_bytes(content: u32) -> Vec<u8> {
+pub(super) fn content_bytes(content: u32) -> Vec<u8> {
     format!("content {content}").into_bytes()
 }
 
@@ -129,8 +129,10 @@ impl World {
             .get(&name)
             .filter(|was| was.content == content && self.deployment.generation == was.generation);
         let promised = was.is_some_and(|was| was.promised && was.jobs[0] == jobs[0]);
+        let walked = promised && was.is_some_and(|was| was.walked);
         let chained_done =
             was.is_some_and(|was| was.chained_done && was.jobs.get(1) == jobs.get(1));
+        self.superseded(&key);
         self.inputs.insert(
             name.clone(),
             Object {
@@ -144,8 +146,11 @@ impl World {
                 etag: etag.clone(),
                 written,
                 promised,
+                walked,
                 chained_done,
                 dead_lettered: false,
+                backfilled: false,
+                hidden: false,
             },
         );
         let how = match (multipart, sha256) {
@@ -194,12 +199,46 @@ impl World {
                 marker_notification(BUCKET, &key, "null")
             }
             Bucket::Versioned => {
+                self.superseded(&key);
                 let marker = self.parts.objects.put_delete_marker(BUCKET, &key);
-                self.act("delete", 0, format!("delete {key} (marker {marker})"));
+                let hides = if self.parts.release_on_marker {
+                    // The versions it hides are gone to mediaonce: nothing
+                    // of theirs is promised any more, though S3 keeps them
+                    // (and they may keep their jobs: a leak bounded by
+                    // their life, DESIGN.md "References").
+                    for name in self.versions_of(&key) {
+                        let object = self.inputs.get_mut(&name).expect("listed");
+                        object.promised = false;
+                        object.walked = false;
+                        object.chained_done = false;
+                        object.configured = false;
+                        object.hidden = true;
+                    }
+                    ", releasing what it hides"
+                } else {
+                    ""
+                };
+                self.act(
+                    "delete",
+                    0,
+                    format!("delete {key} (marker {marker}{hides})"),
+                );
                 marker_notification(BUCKET, &key, &marker)
             }
         };
         self.notify(body);
+    }
+
+    /// A versioned key's current version is no longer current: a
+    /// backfill's create for the key, if still on its way, is not its.
+    fn superseded(&mut self, key: &str) {
+        for name in self.versions_of(key) {
+            let object = self.inputs.get_mut(&name).expect("listed");
+            if object.backfilled {
+                object.backfilled = false;
+                object.configured = false;
+            }
+        }
     }
 
     /// A version of a versioned bucket removed for good: by a user's

@@ -228,7 +228,17 @@ impl<'a> JobRun<'a> {
                 }
                 report.settled(Verdict::Done, row)
             }
-            Ok(ClaimOutcome::Busy(row)) if row.execution.is_some() => {
+            // Held by its split's execution: `running`. A row busy for
+            // another reason keeps the ARN of the execution that made it
+            // (a `collecting` one, its collection begun after that
+            // execution's end had handed every version on): waiting for
+            // that end would strand the version without its event (found
+            // by the explorer: a hand-on met a collection while the
+            // execution's close had not yet followed its end task). It
+            // comes back, as any busy message does.
+            Ok(ClaimOutcome::Busy(row))
+                if row.execution.is_some() && row.status == crate::ledger::JobStatus::Running =>
+            {
                 let execution = row.execution.clone().unwrap_or_default();
                 self.wait_for_execution(&row, &execution, &request, &report)
                     .await
