@@ -63,6 +63,43 @@ pub enum Call {
     PutObject,
     /// Objects: CopyObject.
     CopyObject,
+    /// SQS: SendMessage (a hand-on).
+    SendMessage,
+    /// SQS: ChangeMessageVisibility (the busy delay).
+    ChangeVisibility,
+    /// EventBridge: PutEvents (a completion event).
+    PutEvents,
+    /// Step Functions: StartExecution.
+    StartExecution,
+    /// Step Functions: DescribeExecution.
+    DescribeExecution,
+    /// Step Functions: SendTaskSuccess or SendTaskFailure.
+    SendTaskAnswer,
+    /// Step Functions: SendTaskHeartbeat.
+    SendTaskHeartbeat,
+}
+
+impl Call {
+    /// A DynamoDB call (the ledger's, the hash cache's, the references'):
+    /// one DynamoDB may refuse under load.
+    pub fn is_dynamodb(self) -> bool {
+        !matches!(
+            self,
+            Call::ListObjects
+                | Call::DeleteObjects
+                | Call::HeadObject
+                | Call::GetObject
+                | Call::PutObject
+                | Call::CopyObject
+                | Call::SendMessage
+                | Call::ChangeVisibility
+                | Call::PutEvents
+                | Call::StartExecution
+                | Call::DescribeExecution
+                | Call::SendTaskAnswer
+                | Call::SendTaskHeartbeat
+        )
+    }
 }
 
 #[derive(Debug)]

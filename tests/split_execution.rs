@@ -519,22 +519,7 @@ async fn a_video_keyed_by_version_and_etag_splits_too() {
 async fn no_sweep_collects_a_chunk_the_execution_holds() {
     let s = split_pipeline(vec![("MEDIAONCE_GC_GRACE_SECS", "0".into())]).await;
     let p = &s.p;
-    let bytes = small_clip();
-    p.put("talks/swept.mp4", &bytes, true).await;
-    let report = p.handle(p.receive(1).await).await;
-    let parent = report.jobs().next().unwrap().clone();
-    let execution = p.row(&parent.job_key).await.unwrap().execution.unwrap();
-    // Every chunk runs; the join's message waits.
-    let (status, chunks) = s
-        .run_with(&p.app, &execution, |body| body["mediaonce"] == "hls-join/2")
-        .await;
-    assert_eq!(status, None);
-    let done: Vec<String> = chunks
-        .iter()
-        .filter(|r| r.outcome == Outcome::Ran)
-        .map(|r| r.job_key.clone())
-        .collect();
-    assert_eq!(done.len(), 3, "{chunks:#?}");
+    let (parent, execution, done) = chunks_done_before_the_join(&s, "talks/swept.mp4").await;
     let sweep = p.app.collect_due(false).await.unwrap();
     assert!(sweep.failures.is_empty(), "{sweep:?}");
     assert_eq!(sweep.objects(), 0, "{sweep:?}");
@@ -554,6 +539,27 @@ async fn no_sweep_collects_a_chunk_the_execution_holds() {
     }
 }
 
+/// A clip uploaded to `key` and split: its job's report, its execution,
+/// and its chunk jobs, each run, with the join's message left waiting.
+async fn chunks_done_before_the_join(s: &Split, key: &str) -> (JobReport, String, Vec<String>) {
+    let p = &s.p;
+    p.put(key, &small_clip(), true).await;
+    let report = p.handle(p.receive(1).await).await;
+    let parent = report.jobs().next().unwrap().clone();
+    let execution = p.row(&parent.job_key).await.unwrap().execution.unwrap();
+    let (status, chunks) = s
+        .run_with(&p.app, &execution, |body| body["mediaonce"] == "hls-join/2")
+        .await;
+    assert_eq!(status, None);
+    let done: Vec<String> = chunks
+        .iter()
+        .filter(|r| r.outcome == Outcome::Ran)
+        .map(|r| r.job_key.clone())
+        .collect();
+    assert_eq!(done.len(), 3, "{chunks:#?}");
+    (parent, execution, done)
+}
+
 /// A claimant that died between holding its chunks and starting its
 /// execution leaves a hold nothing would release once another claim took
 /// the job over and died too (found by the explorer, seed 9081 of the
@@ -564,19 +570,7 @@ async fn no_sweep_collects_a_chunk_the_execution_holds() {
 async fn a_hold_whose_execution_never_started_frees_its_chunk_an_hour_on() {
     let s = split_pipeline(vec![("MEDIAONCE_GC_GRACE_SECS", "0".into())]).await;
     let p = &s.p;
-    p.put("talks/held.mp4", &small_clip(), true).await;
-    let report = p.handle(p.receive(1).await).await;
-    let parent = report.jobs().next().unwrap().clone();
-    let execution = p.row(&parent.job_key).await.unwrap().execution.unwrap();
-    let (_, chunks) = s
-        .run_with(&p.app, &execution, |body| body["mediaonce"] == "hls-join/2")
-        .await;
-    let done: Vec<String> = chunks
-        .iter()
-        .filter(|r| r.outcome == Outcome::Ran)
-        .map(|r| r.job_key.clone())
-        .collect();
-    assert_eq!(done.len(), 3, "{chunks:#?}");
+    let (parent, execution, done) = chunks_done_before_the_join(&s, "talks/held.mp4").await;
     let now = common::now_ms();
     let dead = format!("split#{}-0000000000aa", parent.job_key);
     let young = format!("split#{}-0000000000bb", parent.job_key);

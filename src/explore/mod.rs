@@ -10,6 +10,7 @@
 //! same run.
 
 pub mod check;
+mod gated;
 mod probe;
 pub mod sched;
 mod video;

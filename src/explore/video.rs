@@ -15,18 +15,14 @@ use serde_json::{Map, Value};
 
 use super::probe::{output_of, ExploreProbe};
 use crate::key::{job_key, sha256_hex};
+use crate::simulate::write_one_segment;
 use crate::step::{ChunkSpan, InputUse, JobOutputs, Step, StepContext, StepError};
-use crate::steps::hls::chunk_job::{
-    ChunkParams, ChunkSegments, RenditionSegments, CHUNK_STEP, SEGMENTS_FILE,
-};
-use crate::steps::hls::playlist::SegmentSummary;
+use crate::steps::hls::chunk_job::{ChunkParams, CHUNK_STEP};
 
 /// The chunks a long input splits into.
 pub const CHUNKS: u32 = 3;
 /// Inputs whose SHA-256 begins with a byte under this are long.
 pub const LONG_BELOW: u8 = 0xa0;
-/// The package's one rendition.
-const RENDITION: &str = "144p";
 /// The file of a package a chained recipe reads: its first segment.
 pub const FIRST_SEGMENT: &str = "144p/seg-00000.ts";
 
@@ -151,35 +147,8 @@ impl Step for ExploreChunk {
         let run = self.probe.begin(context).await?;
         let result = async {
             let input = context.input.read_range(0..context.input.head.size).await?;
-            let name = format!("seg-{:05}.ts", params.index);
             let bytes = segment_of(&input, params.index);
-            // One segment of two frames a chunk, a minute apart.
-            let first_pts = 900_000 + u64::from(params.index) * 60 * 90_000;
-            let summary = SegmentSummary {
-                name: name.clone(),
-                bytes: bytes.len() as u64,
-                first_pts,
-                last_pts: first_pts + 3_000,
-                frames: 2,
-                intervals: BTreeMap::from([(3_000, 1)]),
-                opens_on_keyframe: true,
-                codecs: "avc1.64001f".into(),
-                width: 256,
-                height: 144,
-            };
-            outputs
-                .put_bytes(&format!("{RENDITION}/{name}"), "video/mp2t", bytes)
-                .await?;
-            let listing = ChunkSegments {
-                renditions: vec![RenditionSegments {
-                    name: RENDITION.into(),
-                    segments: vec![summary],
-                }],
-            };
-            let json = serde_json::to_vec(&listing).expect("summaries serialize");
-            outputs
-                .put_bytes(SEGMENTS_FILE, "application/json", json)
-                .await
+            write_one_segment(outputs, params.index, bytes).await
         }
         .await;
         self.probe.end(context.job_key, run);

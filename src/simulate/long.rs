@@ -136,34 +136,43 @@ impl Step for SimChunk {
         self.videos.chunk_runs.fetch_add(1, Ordering::Relaxed);
         tokio::task::yield_now().await;
         self.crash.roll(context.job_key);
-        let name = format!("seg-{:05}.ts", params.index);
-        let bytes = context.job_key.as_bytes().to_vec();
-        // One segment of two frames a chunk, 60 s apart on the timeline.
-        let first_pts = 900_000 + u64::from(params.index) * 60 * 90_000;
-        let summary = SegmentSummary {
-            name: name.clone(),
-            bytes: bytes.len() as u64,
-            first_pts,
-            last_pts: first_pts + 3_000,
-            frames: 2,
-            intervals: BTreeMap::from([(3_000, 1)]),
-            opens_on_keyframe: true,
-            codecs: "avc1.64001f".into(),
-            width: 256,
-            height: 144,
-        };
-        let listing = ChunkSegments {
-            renditions: vec![RenditionSegments {
-                name: "144p".into(),
-                segments: vec![summary],
-            }],
-        };
-        outputs
-            .put_bytes(&format!("144p/{name}"), "video/mp2t", bytes)
-            .await?;
-        let json = serde_json::to_vec(&listing).expect("summaries serialize");
-        outputs
-            .put_bytes(SEGMENTS_FILE, "application/json", json)
-            .await
+        write_one_segment(outputs, params.index, context.job_key.as_bytes().to_vec()).await
     }
+}
+
+/// A simulated chunk's output, as the join reads it: its one segment
+/// (`144p/seg-<index>.ts`, `bytes`) of two frames, a minute on the
+/// timeline per chunk, and `segments.json` summarizing it.
+pub(crate) async fn write_one_segment(
+    outputs: &mut JobOutputs,
+    index: u32,
+    bytes: Vec<u8>,
+) -> Result<(), StepError> {
+    let name = format!("seg-{index:05}.ts");
+    let first_pts = 900_000 + u64::from(index) * 60 * 90_000;
+    let summary = SegmentSummary {
+        name: name.clone(),
+        bytes: bytes.len() as u64,
+        first_pts,
+        last_pts: first_pts + 3_000,
+        frames: 2,
+        intervals: BTreeMap::from([(3_000, 1)]),
+        opens_on_keyframe: true,
+        codecs: "avc1.64001f".into(),
+        width: 256,
+        height: 144,
+    };
+    let listing = ChunkSegments {
+        renditions: vec![RenditionSegments {
+            name: "144p".into(),
+            segments: vec![summary],
+        }],
+    };
+    outputs
+        .put_bytes(&format!("144p/{name}"), "video/mp2t", bytes)
+        .await?;
+    let json = serde_json::to_vec(&listing).expect("summaries serialize");
+    outputs
+        .put_bytes(SEGMENTS_FILE, "application/json", json)
+        .await
 }

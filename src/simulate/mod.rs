@@ -13,6 +13,7 @@
 mod burst;
 pub mod clients;
 mod long;
+pub(crate) use long::write_one_segment;
 pub(crate) mod machine;
 mod traffic;
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::super::gated::{GatedBus, GatedExecutions, GatedQueue};
 use super::super::probe::{output_of, ExploreProbe, SkewedClock};
 use super::super::video::{ChunksOf, ExploreChunk, ExplorePackage, FIRST_SEGMENT};
 use super::{World, BUCKET, OUT};
@@ -151,16 +152,25 @@ impl Parts {
             Ledger::new(FaultyTable::over(self.table.clone(), self.plan.clone()))
                 .with_retry(RetryPolicy::immediate()),
             ObjectStore::new(FaultyObjects::new(self.objects.clone(), self.plan.clone())),
-            Queue::new(self.queue.clone()),
+            Queue::new(GatedQueue {
+                inner: self.queue.clone(),
+                plan: self.plan.clone(),
+            }),
         )
-        .with_bus(Bus::new(self.bus.clone()))
+        .with_bus(Bus::new(GatedBus {
+            inner: self.bus.clone(),
+            plan: self.plan.clone(),
+        }))
         .with_clock(self.clock.clone())
         .with_seed(
             self.seed
                 .wrapping_add(deployment.generation.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
         );
         if deployment.split {
-            app.with_executions(self.executions.clone())
+            app.with_executions(Arc::new(GatedExecutions {
+                inner: self.executions.clone(),
+                plan: self.plan.clone(),
+            }))
         } else {
             app
         }

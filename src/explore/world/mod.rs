@@ -490,15 +490,7 @@ impl World {
     /// Whether DynamoDB, under load, answers a ledger call with a
     /// contention error instead: its code.
     fn refusal(&mut self, call: Call) -> Option<&'static str> {
-        let ledger = !matches!(
-            call,
-            Call::ListObjects
-                | Call::DeleteObjects
-                | Call::HeadObject
-                | Call::GetObject
-                | Call::PutObject
-                | Call::CopyObject
-        );
+        let ledger = call.is_dynamodb();
         if !self.contention || !ledger || self.rng.u32(0..10) != 0 {
             return None;
         }
