@@ -177,6 +177,20 @@ MUTATIONS = [
         "    for version in holders.into_iter().filter_map(|holder| holder.version).filter(|_| false) {",
     ),
     (
+        "refs rebuild references only a version's root jobs",
+        "issue 39 (found by the explorer: a legacy table, a chained recipe)",
+        "src/handler/rebuild.rs",
+        "        self.done_downstream(done_roots, &mut reports, &mut wanted, rebuilt)\n            .await?;",
+        "        let _ = done_roots;",
+    ),
+    (
+        "a version whose claim meets a collection of a split job waits for its execution",
+        "issue 39 (found by the explorer: splits)",
+        "src/handler/job/mod.rs",
+        "if row.execution.is_some() && row.status == crate::ledger::JobStatus::Running =>",
+        "if row.execution.is_some() =>",
+    ),
+    (
         "a failed run's job is given back as done",
         "issue 37, defect 1 (the finish)",
         "src/ledger/mod.rs",

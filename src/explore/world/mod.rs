@@ -7,24 +7,25 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use serde_json::Value;
 use tokio::task::JoinHandle;
 
-use super::check::{self, LiveObject, Snapshot};
+use super::check;
 use super::probe::{ExploreProbe, SkewedClock, INJECTED_FAILURE};
 use super::sched::{Scheduler, ACTOR};
-use crate::executions::{ExecutionStatus, InMemoryExecutions};
+use crate::executions::InMemoryExecutions;
 use crate::faults::{Call, FaultPlan};
 use crate::handler::{App, BatchReport};
 use crate::ledger::memory::InMemoryTable;
-use crate::ledger::JobStatus;
+
 use crate::queue::RecordingQueue;
 use crate::simulate::machine::SimMachine;
 use crate::store::memory::InMemoryObjects;
 
 mod deploy;
 mod legacy;
+mod observe;
 mod sqs;
+mod states;
 mod users;
 
 use sqs::Message;
@@ -301,24 +302,6 @@ struct World {
     digest: u64,
 }
 
-/// EventBridge's event of an execution of the split's state machine that
-/// closed without succeeding, as the template's rule delivers it.
-fn status_change(arn: &str, input: Option<String>) -> String {
-    let (source, detail_type) = crate::pipeline::split::STATUS_CHANGE;
-    serde_json::json!({
-        "version": "0",
-        "source": source,
-        "detail-type": detail_type,
-        "detail": {
-            "executionArn": arn,
-            "stateMachineArn": crate::simulate::machine::MACHINE_ARN,
-            "status": "FAILED",
-            "input": input,
-        },
-    })
-    .to_string()
-}
-
 /// Runs `options.steps` steps, then quiescence, checking the invariants
 /// after each; the report says what happened and what broke.
 pub async fn explore(options: ExploreOptions) -> ExploreReport {
@@ -473,20 +456,6 @@ impl World {
         }
     }
 
-    /// A promised object's chained job, once `done` and its walk past the
-    /// root, is promised too.
-    fn observe(&mut self, rows: &[crate::ledger::JobRow]) {
-        for object in self.inputs.values_mut() {
-            if object.promised && object.walked && !object.chained_done && object.configured {
-                if let Some(chained) = object.jobs.get(1) {
-                    object.chained_done = rows
-                        .iter()
-                        .any(|r| &r.job_key == chained && r.status == JobStatus::Done);
-                }
-            }
-        }
-    }
-
     /// Whether DynamoDB, under load, answers a ledger call with a
     /// contention error instead: its code.
     fn refusal(&mut self, call: Call) -> Option<&'static str> {
@@ -623,60 +592,6 @@ impl World {
         self.settle().await;
     }
 
-    /// Step Functions moves the split's executions on: tasks answered or
-    /// timed out lead to the next, each a message on the queue (a retry's
-    /// after its backoff). Whether anything moved.
-    fn states(&mut self) -> bool {
-        let now = self.now();
-        let Some(machine) = self.machine.as_mut() else {
-            return false;
-        };
-        let ended = machine.counts.executions_succeeded + machine.counts.executions_failed;
-        let started = machine.counts.executions_started;
-        let sends = machine.step(now);
-        let moved = !sends.is_empty()
-            || machine.counts.executions_succeeded + machine.counts.executions_failed != ended
-            || machine.counts.executions_started != started;
-        if !moved {
-            return false;
-        }
-        let running = machine.running();
-        let mut kinds: Vec<String> = sends.iter().map(|(_, body)| sqs::describe(body)).collect();
-        let closed: Vec<String> = machine
-            .ended()
-            .iter()
-            .filter(|arn| !self.closed.contains(*arn))
-            .cloned()
-            .collect();
-        for (at, body) in sends {
-            self.enqueue(body, at.saturating_sub(now));
-        }
-        // The template's rule: an execution that closed without
-        // succeeding is an event on the queue.
-        for arn in closed {
-            let executions = &self.parts.executions;
-            let status = executions.status_of(&arn);
-            if status != Some(ExecutionStatus::Succeeded) {
-                let input = executions.started().remove(&arn);
-                kinds.push(format!(
-                    "{status:?} {}",
-                    &arn[arn.len().saturating_sub(4)..]
-                ));
-                self.enqueue(status_change(&arn, input), 0);
-            }
-            self.closed.insert(arn);
-        }
-        self.act(
-            "states",
-            0,
-            format!(
-                "step functions: {running} running, sent [{}]",
-                kinds.join(", ")
-            ),
-        );
-        true
-    }
-
     /// Lets the runtime run until every actor waits at the gate or is
     /// done; finished actors' results applied, the handler's sends queued.
     async fn settle(&mut self) {
@@ -799,104 +714,6 @@ impl World {
             }
         }
         self.act("crash", actor, "crashed".into());
-    }
-
-    /// The world as the invariants read it: its rows, outputs and live
-    /// objects, each promised chained job noted first (`observe`).
-    fn snapshot(
-        &mut self,
-    ) -> (
-        Vec<crate::ledger::JobRow>,
-        BTreeMap<String, Vec<u8>>,
-        Vec<LiveObject>,
-    ) {
-        let rows = self.parts.table.job_rows();
-        self.observe(&rows);
-        let outputs: BTreeMap<String, Vec<u8>> = self
-            .parts
-            .objects
-            .keys(OUT, "")
-            .into_iter()
-            .filter_map(|key| Some((key.clone(), self.parts.objects.bytes(OUT, &key)?)))
-            .collect();
-        let live = self
-            .inputs
-            .iter()
-            .map(|(key, object)| LiveObject {
-                key: key.clone(),
-                object: (
-                    object.key.clone(),
-                    object.version.clone(),
-                    object.etag.clone(),
-                ),
-                jobs: object.jobs.clone(),
-                promised: object.promised,
-                walked: object.walked,
-                chained_done: object.chained_done,
-                dead_lettered: object.dead_lettered,
-                configured: object.configured,
-                content: object.content,
-            })
-            .collect();
-        (rows, outputs, live)
-    }
-
-    fn check(&mut self, step: u64, quiescent: bool) -> Option<Violation> {
-        let (rows, outputs, live) = self.snapshot();
-        let events: Vec<Value> = if quiescent {
-            self.parts
-                .bus
-                .events()
-                .iter()
-                .map(|e| serde_json::from_str(&e.detail).unwrap_or_default())
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let snapshot = Snapshot {
-            rows: &rows,
-            outputs: &outputs,
-            live: &live,
-            keyed: &self.keyed,
-            max_attempts: self.app.config.max_attempts,
-            events: &events,
-        };
-        let broken = self
-            .broken
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .first()
-            .cloned()
-            .map(|detail| ("no step runs without its claim", detail));
-        let result = match broken {
-            Some(broken) => Err(broken),
-            None if quiescent => check::at_quiescence(&snapshot),
-            None => check::every_step(&snapshot),
-        };
-        result.err().map(|(invariant, mut detail)| {
-            // What still references a job the check names.
-            let holders: Vec<String> = self
-                .parts
-                .table
-                .reference_items()
-                .into_iter()
-                .filter(|(job, _)| detail.contains(job.as_str()))
-                .map(|(job, holder)| format!("{}… by {holder}", &job[..8]))
-                .collect();
-            if !holders.is_empty() {
-                detail = format!("{detail}; referenced: {}", holders.join(", "));
-            }
-            Violation {
-                step,
-                invariant,
-                detail,
-                last_actions: self
-                    .last
-                    .iter()
-                    .map(|(actor, actions)| (*actor, actions.iter().cloned().collect()))
-                    .collect(),
-            }
-        })
     }
 
     /// Every held call let go and every message handled (the clock moved
