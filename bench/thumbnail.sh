@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Thumbnails of two 12-megapixel JPEGs (a grainy "photo" and a "smooth"
-# one) to 320 px and 1280 px wide: mediaonce's thumbnail code
+# Thumbnails of 12-megapixel JPEGs (a grainy "photo" and a "smooth" one,
+# each with its chroma subsampled 4:2:0, as cameras and phones write them,
+# and at full resolution, 4:4:4, as ImageMagick writes quality 90 and up)
+# to 320 px and 1280 px wide: mediaonce's thumbnail code
 # (examples/thumbnail.rs, release build) against libvips' vipsthumbnail
 # and ImageMagick's convert -thumbnail, on the same file in the same run,
 # as JPEG and as WebP at quality 82, the tools taking turns run by run,
@@ -11,6 +13,7 @@
 # Ratios are mediaonce / other: below 1 is mediaonce faster or smaller.
 #
 #   bench/thumbnail.sh            RUNS=9 by default
+#   BENCH_INPUTS="photo420" bench/thumbnail.sh   one input only
 #
 # Installs libvips-tools, imagemagick and GNU time from Debian when missing
 # (ImageMagick is run as /usr/bin/convert: some machines put another convert
@@ -25,6 +28,7 @@ need=()
 command -v vipsthumbnail >/dev/null || need+=(libvips-tools)
 [ -x /usr/bin/convert ] || need+=(imagemagick)
 [ -x /usr/bin/time ] || need+=(time)
+command -v cjpeg >/dev/null || need+=(libjpeg-turbo-progs)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
@@ -44,6 +48,12 @@ if [ ! -f "$photo" ]; then
   /usr/bin/convert -size 4000x3000 -seed 42 plasma:fractal -blur 0x1 \
     -seed 7 -attenuate 0.7 +noise Gaussian -quality 92 "$photo"
 fi
+# The same pixels as cameras write them: chroma 4:2:0 (cjpeg -sample 2x2),
+# the common case, reported first.
+photo420=$work/photo-12mp-420.jpg
+smooth420=$work/input-12mp-420.jpg
+[ -f "$photo420" ] || /usr/bin/convert "$photo" ppm:- | cjpeg -quality 92 -sample 2x2 > "$photo420"
+[ -f "$smooth420" ] || /usr/bin/convert "$smooth" ppm:- | cjpeg -quality 90 -sample 2x2 > "$smooth420"
 echo "$runs runs each; $(nproc) cores, $(uname -m)"
 
 # once FILE COMMAND...: runs the command once and appends "seconds kib"
@@ -70,7 +80,7 @@ ssim() { # REFERENCE OUTPUT
   vips copy "$2" "$2.png" && target/release/examples/ssim "$1" "$2.png"
 }
 
-for name in photo smooth; do
+for name in ${BENCH_INPUTS:-photo420 smooth420 photo smooth}; do
   in=${!name}
   echo
   echo "input $name: $in ($(/usr/bin/identify -format '%wx%h' "$in"), $(stat -c %s "$in") bytes)"
