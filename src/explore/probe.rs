@@ -128,28 +128,39 @@ impl Step for ExploreProbe {
         context: &StepContext<'_>,
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
-        let run = self.begin(context).await?;
-        let result = async {
-            let input = context.input.read_range(0..context.input.head.size).await?;
-            outputs
-                .put_bytes("out.bin", "application/octet-stream", output_of(&input))
-                .await
-        }
-        .await;
-        self.end(context.job_key, run);
-        result
+        let _run = self.begin(context).await?;
+        let input = context.input.read_range(0..context.input.head.size).await?;
+        outputs
+            .put_bytes("out.bin", "application/octet-stream", output_of(&input))
+            .await
     }
 }
 
-/// A run begun ([`ExploreProbe::begin`]), by its number.
+/// A run in progress ([`ExploreProbe::begin`]): registered under its job
+/// until dropped, which ends it whichever way the run returns.
 pub struct Run {
     id: u64,
+    job_key: String,
+    running: Arc<Mutex<RunsByJob>>,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if let Some(others) = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&self.job_key)
+        {
+            others.retain(|(id, _)| *id != self.id);
+        }
+    }
 }
 
 impl ExploreProbe {
     /// A run of `context`'s job begins: whether its row holds its claim,
     /// and whether another run holds the job under a live lease, noted as
-    /// broken; the run registered until [`ExploreProbe::end`]. One run in
+    /// broken; the run registered while the [`Run`] lives. One run in
     /// eight meets an injected failure, as a throttled PUT or a killed
     /// encoder would (retryable): then it ends at once.
     pub async fn begin(&self, context: &StepContext<'_>) -> Result<Run, StepError> {
@@ -197,23 +208,15 @@ impl ExploreProbe {
                 ))
             ));
         }
-        let run = Run { id };
+        let run = Run {
+            id,
+            job_key: context.job_key.to_string(),
+            running: self.running.clone(),
+        };
         if self.rng.lock().unwrap_or_else(|p| p.into_inner()).u32(0..8) == 0 {
-            self.end(context.job_key, run);
+            drop(run);
             return Err(StepError::Failed(INJECTED_FAILURE.into()));
         }
         Ok(run)
-    }
-
-    /// The run ended.
-    pub fn end(&self, job_key: &str, run: Run) {
-        if let Some(others) = self
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(job_key)
-        {
-            others.retain(|(id, _)| *id != run.id);
-        }
     }
 }

@@ -8,13 +8,10 @@
 //! chained recipe reads: so a chained job's key is the same whether its
 //! package was split or not.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-
 use serde_json::{Map, Value};
 
 use super::probe::{output_of, ExploreProbe};
-use crate::key::{job_key, sha256_hex};
+use crate::key::sha256_hex;
 use crate::simulate::write_one_segment;
 use crate::step::{ChunkSpan, InputUse, JobOutputs, Step, StepContext, StepError};
 use crate::steps::hls::chunk_job::{ChunkParams, CHUNK_STEP};
@@ -39,10 +36,6 @@ fn segment_of(input: &[u8], index: u32) -> Vec<u8> {
         _ => format!("segment {index} of {}", sha256_hex(input)).into_bytes(),
     }
 }
-
-/// Chunk jobs, by key, and the package job each is of: a chunk's row is
-/// kept or collected with its package's split.
-pub type ChunksOf = Arc<Mutex<BTreeMap<String, String>>>;
 
 /// `hls-package`: splits a long input, and runs a short one whole (its one
 /// segment), each run checked by the probe (its claim held).
@@ -93,25 +86,19 @@ impl Step for ExplorePackage {
         context: &StepContext<'_>,
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
-        let run = self.probe.begin(context).await?;
-        let result = async {
-            let input = context.input.read_range(0..context.input.head.size).await?;
-            outputs
-                .put_bytes(FIRST_SEGMENT, "video/mp2t", segment_of(&input, 0))
-                .await
-        }
-        .await;
-        self.probe.end(context.job_key, run);
-        result
+        let _run = self.probe.begin(context).await?;
+        let input = context.input.read_range(0..context.input.head.size).await?;
+        outputs
+            .put_bytes(FIRST_SEGMENT, "video/mp2t", segment_of(&input, 0))
+            .await
     }
 }
 
 /// `hls-chunk`: one segment of its span and its summary, for the join;
-/// its run checked by the probe, and its package noted.
+/// its run checked by the probe.
 #[derive(Clone)]
 pub struct ExploreChunk {
     pub probe: ExploreProbe,
-    pub chunks: ChunksOf,
 }
 
 #[async_trait::async_trait]
@@ -136,23 +123,10 @@ impl Step for ExploreChunk {
         context: &StepContext<'_>,
         outputs: &mut JobOutputs,
     ) -> Result<(), StepError> {
-        let package = job_key(
-            &context.input.fingerprint.input_hash,
-            &params.package.hash(),
-        );
-        self.chunks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(context.job_key.to_string(), package);
-        let run = self.probe.begin(context).await?;
-        let result = async {
-            let input = context.input.read_range(0..context.input.head.size).await?;
-            let bytes = segment_of(&input, params.index);
-            write_one_segment(outputs, params.index, bytes).await
-        }
-        .await;
-        self.probe.end(context.job_key, run);
-        result
+        let _run = self.probe.begin(context).await?;
+        let input = context.input.read_range(0..context.input.head.size).await?;
+        let bytes = segment_of(&input, params.index);
+        write_one_segment(outputs, params.index, bytes).await
     }
 }
 

@@ -30,7 +30,7 @@ use crate::key::job_key;
 use crate::pipeline::message::MAX_HAND_ONS;
 use crate::pipeline::HandOn;
 use crate::references::{Keyed, VersionName};
-use crate::step::ObjectBytes;
+use crate::step::{Manifest, ObjectBytes, OutputFile};
 use crate::store::ObjectRef;
 
 /// The upstream files a reason names when a chained job's file is not
@@ -192,8 +192,8 @@ impl<'a> Downstream<'a> {
                 }
             };
             for rule in children {
-                let file_name = &rule.input.as_ref().expect("a chained recipe").file;
-                let Some(file) = manifest.outputs.iter().find(|f| &f.name == file_name) else {
+                let Some((file, job_key)) = chained_input(rule, &manifest) else {
+                    let file_name = &rule.input.as_ref().expect("a chained recipe").file;
                     // A package writes thousands of files: a few name the rest.
                     let names: Vec<&str> = manifest
                         .outputs
@@ -213,7 +213,7 @@ impl<'a> Downstream<'a> {
                 };
                 chained.push(Chained {
                     rule,
-                    job_key: job_key(&file.sha256, &rule.recipe_hash),
+                    job_key,
                     input: ObjectRef {
                         bucket: bucket.to_string(),
                         key: format!("{prefix}{}", file.name),
@@ -348,6 +348,19 @@ impl Chained<'_> {
     fn unclaimed(&self, outcome: Outcome, reason: &str) -> JobReport {
         unclaimed(self.rule, Some(&self.job_key), outcome, reason.to_string())
     }
+}
+
+/// The upstream file chained recipe `rule` reads, as `manifest` records
+/// it, and the job it keys: a chained job is keyed by its input file's
+/// SHA-256 (a pipeline's walk, and `refs rebuild`, key it so). `None`
+/// when the upstream wrote no such file, or `rule` is not chained.
+pub(super) fn chained_input<'m>(
+    rule: &RecipeRule,
+    manifest: &'m Manifest,
+) -> Option<(&'m OutputFile, String)> {
+    let name = &rule.input.as_ref()?.file;
+    let file = manifest.outputs.iter().find(|f| &f.name == name)?;
+    Some((file, job_key(&file.sha256, &rule.recipe_hash)))
 }
 
 /// A chained job reported without a claim: keyed (its input hash is the

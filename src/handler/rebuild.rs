@@ -13,6 +13,7 @@
 
 use std::collections::BTreeSet;
 
+use super::chain::chained_input;
 use super::identify::identify;
 use super::job::BatchJobs;
 use super::references::{bytes_of, head_version, reconcile_version, Start};
@@ -46,6 +47,19 @@ pub struct RebuiltVersion {
 pub struct NotReferenced {
     pub job_key: String,
     pub reason: String,
+}
+
+impl NotReferenced {
+    /// A job the version keys whose row (`None`: none) is not done.
+    fn keyed(job_key: String, row: Option<JobRow>) -> NotReferenced {
+        NotReferenced {
+            job_key,
+            reason: match row {
+                Some(row) => format!("the job is {}", row.status.as_str()),
+                None => "the job has no row: it never ran (or was collected)".into(),
+            },
+        }
+    }
 }
 
 /// A rebuild's totals.
@@ -264,13 +278,7 @@ impl App {
                 }
                 (None, Some((job_key, row))) => {
                     wanted.insert(job_key.clone());
-                    rebuilt.not_done.push(NotReferenced {
-                        job_key,
-                        reason: match row {
-                            Some(row) => format!("the job is {}", row.status.as_str()),
-                            None => "the job has no row: it never ran (or was collected)".into(),
-                        },
-                    })
+                    rebuilt.not_done.push(NotReferenced::keyed(job_key, row))
                 }
                 (None, None) => {}
             }
@@ -298,34 +306,26 @@ impl App {
     ) -> Result<(), String> {
         while let Some((upstream, row)) = done.pop() {
             let children = self.config.chained_to(upstream);
-            let Some((bucket, prefix)) = split_s3_location(&row.output_prefix) else {
-                continue;
-            };
             if children.is_empty() {
                 continue;
             }
+            let Some((bucket, prefix)) = split_s3_location(&row.output_prefix) else {
+                continue;
+            };
             let Some(manifest) = self.manifest_under(bucket, prefix).await? else {
                 continue;
             };
             for rule in children {
-                let Some(input) = &rule.input else { continue };
-                let Some(file) = manifest.outputs.iter().find(|f| f.name == input.file) else {
+                let Some((_, key)) = chained_input(rule, &manifest) else {
                     continue;
                 };
-                let key = job_key(&file.sha256, &rule.recipe_hash);
                 wanted.insert(key.clone());
                 match self.ledger.get(&key).await.map_err(|e| e.to_string())? {
                     Some(row) if row.status == JobStatus::Done => {
                         reports.push(reused(rule, &row, FingerprintSource::UpstreamManifest));
                         done.push((rule, row));
                     }
-                    row => rebuilt.not_done.push(NotReferenced {
-                        job_key: key,
-                        reason: match row {
-                            Some(row) => format!("the job is {}", row.status.as_str()),
-                            None => "the job has no row: it never ran (or was collected)".into(),
-                        },
-                    }),
+                    row => rebuilt.not_done.push(NotReferenced::keyed(key, row)),
                 }
             }
         }

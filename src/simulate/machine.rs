@@ -19,7 +19,9 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::executions::{ExecutionStatus, InMemoryExecutions, TaskAnswer};
-use crate::pipeline::split::{ExecutionInput, CHUNK_TASK, END_TASK, FAILED_TASK, JOIN_TASK};
+use crate::pipeline::split::{
+    ExecutionInput, Limits, CHUNK_TASK, END_TASK, FAILED_TASK, JOIN_TASK,
+};
 
 /// The simulated state machine's ARN.
 pub const MACHINE_ARN: &str = "arn:aws:states:us-east-1:000000000000:stateMachine:mediaonce-split";
@@ -76,6 +78,20 @@ struct Task {
 }
 
 impl Task {
+    /// When it times out unanswered, as last seen: its whole time (a
+    /// chunk's, or the join's and the announcements') from when it was
+    /// sent, and its heartbeat limit from its last heartbeat.
+    fn times_out_at(&self, limits: &Limits) -> (u64, u64) {
+        let whole = match self.kind {
+            Kind::Chunk(_) => limits.chunk_seconds,
+            _ => limits.join_seconds,
+        };
+        (
+            self.sent_ms + u64::from(whole) * 1_000,
+            self.beat_ms + u64::from(limits.heartbeat_seconds) * 1_000,
+        )
+    }
+
     fn new(kind: Kind) -> Task {
         Task {
             kind,
@@ -137,12 +153,8 @@ impl SimMachine {
             .flat_map(|run| {
                 let limits = run.input.limits;
                 run.tasks.values().map(move |task| {
-                    let whole = match task.kind {
-                        Kind::Chunk(_) => limits.chunk_seconds,
-                        _ => limits.join_seconds,
-                    };
-                    (task.sent_ms + u64::from(whole) * 1_000)
-                        .min(task.beat_ms + u64::from(limits.heartbeat_seconds) * 1_000)
+                    let (whole, silent) = task.times_out_at(&limits);
+                    whole.min(silent)
                 })
             })
             .min()
@@ -356,9 +368,9 @@ fn retry(kind: Kind, error: &str, task: &Task) -> Option<(u64, bool)> {
     }
 }
 
-/// Times out `run`'s tasks not answered at `now_ms`: silent past the
-/// heartbeat limit since they were sent or last heartbeat, or past their
-/// whole time (a chunk's, or the join's and the announcements').
+/// Times out `run`'s tasks not answered at `now_ms`: past their whole
+/// time, or silent past the heartbeat limit since they were sent or last
+/// heartbeat ([`Task::times_out_at`]).
 fn time_out(executions: &InMemoryExecutions, run: &mut Run, now_ms: u64) {
     let limits = run.input.limits;
     for (token, task) in &mut run.tasks {
@@ -370,13 +382,10 @@ fn time_out(executions: &InMemoryExecutions, run: &mut Run, now_ms: u64) {
             task.beats_seen = beats;
             task.beat_ms = executions.last_heartbeat_ms(token).unwrap_or(now_ms);
         }
-        let whole = match task.kind {
-            Kind::Chunk(_) => limits.chunk_seconds,
-            _ => limits.join_seconds,
-        };
-        if now_ms >= task.sent_ms + u64::from(whole) * 1_000 {
+        let (whole, silent) = task.times_out_at(&limits);
+        if now_ms >= whole {
             executions.time_out(token, TIMEOUT);
-        } else if now_ms >= task.beat_ms + u64::from(limits.heartbeat_seconds) * 1_000 {
+        } else if now_ms >= silent {
             executions.time_out(token, HEARTBEAT_TIMEOUT);
         }
     }

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::super::gated::{GatedBus, GatedExecutions, GatedQueue};
 use super::super::probe::{output_of, ExploreProbe, SkewedClock};
-use super::super::video::{ChunksOf, ExploreChunk, ExplorePackage, FIRST_SEGMENT};
+use super::super::video::{ExploreChunk, ExplorePackage, FIRST_SEGMENT};
 use super::{World, BUCKET, OUT};
 use crate::bus::{Bus, RecordingBus};
 use crate::config::Config;
@@ -98,10 +98,8 @@ pub(super) struct Parts {
     pub plan: Arc<FaultPlan>,
     pub clock: SkewedClock,
     pub probe: ExploreProbe,
-    /// Step Functions, and the chunk jobs the split steps ran, by their
-    /// package's job.
+    /// Step Functions.
     pub executions: Arc<InMemoryExecutions>,
-    pub chunks: ChunksOf,
     pub gc_grace_secs: u64,
     /// `MEDIAONCE_RELEASE_ON_DELETE_MARKER=true`.
     pub release_on_marker: bool,
@@ -121,7 +119,6 @@ impl Parts {
             });
             steps.register(ExploreChunk {
                 probe: self.probe.clone(),
-                chunks: self.chunks.clone(),
             });
         }
         let mut vars: BTreeMap<&str, String> = BTreeMap::from([

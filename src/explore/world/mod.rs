@@ -383,7 +383,6 @@ impl World {
                 let clock = clock.clone();
                 move || clock.true_ms()
             })),
-            chunks: Arc::default(),
             gc_grace_secs: options.gc_grace_secs,
             release_on_marker,
             by_content,
