@@ -19,7 +19,7 @@ WITH_FFMPEG = export MEDIAONCE_FFMPEG="$${MEDIAONCE_FFMPEG:-$$($(EMULATORS) ffmp
 ## test binary even when one fails; the chaos soak (SOAK_UPLOADS, default
 ## 500) runs last and prints its counts
 test: emulators reference-tools
-	$(WITH_EMULATORS) $(WITH_FFMPEG) cargo test --no-fail-fast --all-targets -- --skip chaos_soak
+	$(WITH_EMULATORS) $(WITH_FFMPEG) cargo test --workspace --no-fail-fast --all-targets -- --skip chaos_soak
 	$(WITH_EMULATORS) cargo test --test soak -- --nocapture
 
 ## demo: a real pipeline on the emulators: upload, notify, claim, run, reuse
@@ -31,7 +31,7 @@ demo: emulators
 ## import circle among the modules, and the SAM template
 lint:
 	cargo fmt --all -- --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy --lib --bins -- -D warnings
 	python3 scripts/module_cycles.py
 	$(EMULATORS) install

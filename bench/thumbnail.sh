@@ -58,12 +58,17 @@ echo "$runs runs each; $(nproc) cores, $(uname -m)"
 
 # once FILE COMMAND...: runs the command once and appends "seconds kib"
 # to FILE. The tools take turns, run by run, so that a slow minute on a
-# shared machine slows each of them alike instead of one.
+# shared machine slows each of them alike instead of one. Wall time is
+# bash's microsecond clock around the run (GNU time prints it to 10 ms,
+# a tenth of a 1280 px thumbnail), GNU time's start-up included for every
+# tool alike; peak memory is GNU time's.
 once() {
-  local file=$1
+  local file=$1 start end
   shift
-  /usr/bin/time -f '%e %M' -o "$work/time.txt" "$@" >/dev/null 2>&1
-  cat "$work/time.txt" >> "$file"
+  start=$EPOCHREALTIME
+  /usr/bin/time -f '%M' -o "$work/time.txt" "$@" >/dev/null 2>&1
+  end=$EPOCHREALTIME
+  printf '%.4f %s\n' "$(echo "$end - $start" | bc -l)" "$(cat "$work/time.txt")" >> "$file"
 }
 # summary FILE: prints "median_seconds peak_kib" of the runs in FILE.
 summary() {

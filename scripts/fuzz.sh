@@ -7,7 +7,7 @@
 # tests/corpus/bodies.json. parse_movie: the MP4/MOV reader, seeded with
 # small clips made by ffmpeg (MP4 moov first and last, MOV, M4A, fragmented).
 # decode_image: the thumbnail step's decoding (a JPEG at reduced scale
-# through jpeg::scaled, else jpeg-decoder; PNG and the rest through
+# through mediaonce_jpeg::scaled, else jpeg-decoder; PNG and the rest through
 # `image`), seeded with small images ffmpeg writes (baseline JPEGs 4:2:0,
 # 4:2:2, 4:4:4 and grey, a PNG).
 # Prints libFuzzer's summary (executions run, crashes). cargo fuzz wants a

@@ -1,5 +1,5 @@
 //! The thumbnail step's decoding and resizing on arbitrary files: the
-//! declared size checked, then a JPEG at a reduced scale (`jpeg::scaled`,
+//! declared size checked, then a JPEG at a reduced scale (`mediaonce_jpeg::scaled`,
 //! which hands what it does not read to jpeg-decoder) or any image in
 //! full, and each planned crop resized from what was decoded (the
 //! shrink-on-load geometry: a crop outside the decoded frame fails the

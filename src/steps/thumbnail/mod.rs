@@ -1,7 +1,7 @@
 //! `thumbnail`: resized copies of an image, deterministic to the byte.
 //!
 //! Decodes JPEG with `jpeg-decoder` (a JPEG much larger than its outputs
-//! at 1/2, 1/4 or 1/8 scale through its DCT, by `jpeg::scaled` when the
+//! at 1/2, 1/4 or 1/8 scale through its DCT, by `mediaonce_jpeg::scaled` when the
 //! file is of the common shape), PNG, WebP, GIF (the first frame) and TIFF
 //! with the `image` crate, and HEIC and AVIF through ffmpeg (`heif`);
 //! honours EXIF orientation, checks the declared dimensions against
@@ -28,6 +28,7 @@
 use fast_image_resize::images::{TypedImage, TypedImageRef};
 use fast_image_resize::pixels::{U8x3, U8x4};
 use fast_image_resize::{FilterType, PixelTrait, ResizeAlg, ResizeOptions, Resizer};
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -42,7 +43,6 @@ mod decode;
 mod encode;
 mod ffmpeg;
 mod heif;
-mod jpeg;
 mod resize16;
 
 pub use decode::{decode, decode_for};
@@ -382,8 +382,11 @@ pub fn render(
     Ok(match (format.has_alpha() && alpha, deep) {
         (true, false) => {
             let mut target = image::RgbaImage::new(plan.width, plan.height);
-            resize_typed::<U8x4>(&image.to_rgba8(), w, h, &mut target, plan, &options)
-                .map_err(failed)?;
+            let source = match image {
+                DynamicImage::ImageRgba8(rgba) => Cow::Borrowed(rgba),
+                other => Cow::Owned(other.to_rgba8()),
+            };
+            resize_typed::<U8x4>(&source, w, h, &mut target, plan, &options).map_err(failed)?;
             DynamicImage::ImageRgba8(target)
         }
         (true, true) => {
@@ -401,10 +404,12 @@ pub fn render(
             DynamicImage::ImageRgb16(target)
         }
         (false, _) => {
-            let source = if alpha {
-                over_white(image)
-            } else {
-                image.to_rgb8()
+            // The decoded image itself when it is 8-bit RGB, as a JPEG is:
+            // not a copy of its megabytes.
+            let source = match image {
+                DynamicImage::ImageRgb8(rgb) => Cow::Borrowed(rgb),
+                other if alpha => Cow::Owned(over_white(other)),
+                other => Cow::Owned(other.to_rgb8()),
             };
             let mut target = image::RgbImage::new(plan.width, plan.height);
             resize_typed::<U8x3>(&source, w, h, &mut target, plan, &options).map_err(failed)?;

@@ -240,7 +240,7 @@ fn shrink_on_load_gives_jpeg_decoders_pixels_at_every_scale() {
         );
         let ours = image.to_rgb8();
         // Within one level: jpeg-decoder's SIMD colour conversion rounds
-        // differently from its scalar one, which jpeg::scaled follows.
+        // differently from its scalar one, which mediaonce_jpeg::scaled follows.
         let worst = ours
             .as_raw()
             .iter()

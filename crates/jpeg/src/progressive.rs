@@ -74,7 +74,7 @@ const MAX_EOB_RUN: u32 = 0x7FFF;
 /// The progressive JPEG with the same coefficients, or `None` if `jpeg`
 /// is not a baseline file of the shape jpeg-encoder writes, with one
 /// (grey) or three (colour) components.
-pub(in crate::steps::thumbnail) fn progressive(jpeg: &[u8]) -> Option<Vec<u8>> {
+pub fn progressive(jpeg: &[u8]) -> Option<Vec<u8>> {
     let baseline = Baseline::read(jpeg)?;
     let script: &[Scan] = match baseline.frame.components.len() {
         1 => &GREY,
@@ -371,8 +371,8 @@ mod tests {
         // 12) made of it: the same script, Huffman tables fitted to each
         // scan the same way, the same bits. (jpegtran writes each table in
         // a DHT of its own, so the tables are compared by content.)
-        let baseline = include_bytes!("../../../../tests/data/photo-320-baseline.jpg");
-        let libjpeg = include_bytes!("../../../../tests/data/photo-320-jpegtran-progressive.jpg");
+        let baseline = include_bytes!("../tests/data/photo-320-baseline.jpg");
+        let libjpeg = include_bytes!("../tests/data/photo-320-jpegtran-progressive.jpg");
         let ours = progressive(baseline).unwrap();
         let (ours, theirs) = (coded_scans(&ours), coded_scans(libjpeg));
         assert_eq!(ours.len(), 10);

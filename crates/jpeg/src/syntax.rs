@@ -214,7 +214,7 @@ pub(super) fn quantisation_tables(body: &[u8]) -> Option<Vec<(usize, [u16; 64])>
 /// across and down (4:2:0 gives (2, 2), 4:1:1 (4, 1), 4:4:4 and greyscale
 /// (1, 1)), read from the first frame header of any coding process; `None`
 /// when the header before it cannot be read.
-pub(in crate::steps::thumbnail) fn subsampling(jpeg: &[u8]) -> Option<(usize, usize)> {
+pub fn subsampling(jpeg: &[u8]) -> Option<(usize, usize)> {
     let mut segments = Segments::new(jpeg)?;
     let frame = loop {
         let segment = segments.next_segment()?;

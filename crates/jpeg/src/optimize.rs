@@ -14,7 +14,7 @@ use super::scan_writer::{write_scan, Token};
 
 /// The JPEG with optimal Huffman tables, or `None` if it is not a baseline
 /// file of the shape jpeg-encoder writes (then keep the original).
-pub(in crate::steps::thumbnail) fn optimize(jpeg: &[u8]) -> Option<Vec<u8>> {
+pub fn optimize(jpeg: &[u8]) -> Option<Vec<u8>> {
     let baseline = Baseline::read(jpeg)?;
     let frame = &baseline.frame;
     let all: Vec<usize> = (0..frame.components.len()).collect();
