@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Thumbnails of 12-megapixel JPEGs (a grainy "photo" and a "smooth" one,
 # each with its chroma subsampled 4:2:0, as cameras and phones write them,
-# and at full resolution, 4:4:4, as ImageMagick writes quality 90 and up)
+# the photo also upright, 3000 px wide, and each at full resolution, 4:4:4,
+# as ImageMagick writes quality 90 and up)
 # to 320 px and 1280 px wide: mediaonce's thumbnail code
 # (examples/thumbnail.rs, release build) against libvips' vipsthumbnail
 # and ImageMagick's convert -thumbnail, on the same file in the same run,
@@ -54,6 +55,9 @@ photo420=$work/photo-12mp-420.jpg
 smooth420=$work/input-12mp-420.jpg
 [ -f "$photo420" ] || /usr/bin/convert "$photo" ppm:- | cjpeg -quality 92 -sample 2x2 > "$photo420"
 [ -f "$smooth420" ] || /usr/bin/convert "$smooth" ppm:- | cjpeg -quality 90 -sample 2x2 > "$smooth420"
+# And the photo as a phone holds it upright: 3000×4000, 4:2:0.
+portrait420=$work/photo-12mp-portrait-420.jpg
+[ -f "$portrait420" ] || /usr/bin/convert "$photo" -rotate 90 ppm:- | cjpeg -quality 92 -sample 2x2 > "$portrait420"
 echo "$runs runs each; $(nproc) cores, $(uname -m)"
 
 # once FILE COMMAND...: runs the command once and appends "seconds kib"
@@ -85,7 +89,7 @@ ssim() { # REFERENCE OUTPUT
   vips copy "$2" "$2.png" && target/release/examples/ssim "$1" "$2.png"
 }
 
-for name in ${BENCH_INPUTS:-photo420 smooth420 photo smooth}; do
+for name in ${BENCH_INPUTS:-photo420 smooth420 portrait420 photo smooth}; do
   in=${!name}
   echo
   echo "input $name: $in ($(/usr/bin/identify -format '%wx%h' "$in"), $(stat -c %s "$in") bytes)"

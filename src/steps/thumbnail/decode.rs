@@ -274,29 +274,20 @@ impl Scales {
     /// `subsampling` times coarser than the luma on each axis
     /// (`mediaonce_jpeg::subsampling`), upright.
     ///
+    /// Decoded at the luma's size, a subsampled component has the luma's
+    /// samples, and one an output pixel will do, as for the luma.
     /// Upsampled, a 4:2:0 file's chroma at 1/8 has half the luma's 1/8
     /// samples, and resized it is the blurred chroma of a smaller
     /// thumbnail, so such a scale must leave that component twice the
-    /// output's samples: four luma samples an output pixel. Decoded at
-    /// the luma's size it has the luma's samples, and one an output pixel
-    /// would do; but it is then sharper than libjpeg's upsampled chroma
-    /// (that vips and browsers show), and where the resize after the
-    /// decode is under 1.5× its edges stay in the thumbnail (SSIM 0.966 to
-    /// 0.98 against vips on 4:2:2 and 4:4:0 files at resizes of 1.0 to
-    /// 1.17, and on 4:2:0 ones at 16 px, in `tests/thumbnail_vips.rs`):
-    /// so 1.5 luma samples an output pixel on a subsampled axis.
+    /// output's samples: four luma samples an output pixel on that axis.
     fn for_plans(plans: &[Plan], subsampling: (usize, usize)) -> Scales {
-        let headroom = |upsampled: bool| {
-            let axis = |ratio: usize| match (ratio > 1, upsampled) {
-                (false, _) => 1.0,
-                (true, true) => 2.0 * ratio as f64,
-                (true, false) => 1.5,
-            };
-            (axis(subsampling.0), axis(subsampling.1))
-        };
+        let upsampled = |ratio: usize| if ratio > 1 { 2.0 * ratio as f64 } else { 1.0 };
         Scales {
-            chroma_at_luma_size: shrink_eighths(plans, headroom(false)),
-            chroma_upsampled: shrink_eighths(plans, headroom(true)),
+            chroma_at_luma_size: shrink_eighths(plans, (1.0, 1.0)),
+            chroma_upsampled: shrink_eighths(
+                plans,
+                (upsampled(subsampling.0), upsampled(subsampling.1)),
+            ),
         }
     }
 }
@@ -304,7 +295,7 @@ impl Scales {
 /// The smallest DCT scale, in eighths (1, 2, 4 or 8), at which every plan's
 /// crop still has `headroom` decoded samples an output pixel, across and
 /// down: at least one, so that the resize after it only ever shrinks
-/// (`Scales::for_plans` gives subsampled files more). The crops are
+/// (`Scales::for_plans` asks more of upsampled chroma). The crops are
 /// upright and the scale is the same on both axes, so orientation only
 /// swaps the subsampling's axes.
 fn shrink_eighths(plans: &[Plan], (across, down): (f64, f64)) -> u32 {
@@ -661,11 +652,10 @@ mod tests {
     }
 
     /// A 4:2:0 file that `mediaonce_jpeg::scaled` reads is decoded at the
-    /// scale its luma needs (with 1.5× headroom, here 125 px for 80), its
-    /// chroma brought to the luma's size by its IDCT; one it leaves to
-    /// jpeg-decoder (progressive, here) at the larger scale that leaves
-    /// the upsampled chroma twice the output's samples; a 4:4:4 file at
-    /// the luma's scale either way.
+    /// scale its luma needs, its chroma brought to the luma's size by its
+    /// IDCT; one it leaves to jpeg-decoder (progressive, here) at the
+    /// larger scale that leaves the upsampled chroma twice the output's
+    /// samples; a 4:4:4 file at the luma's scale either way.
     #[test]
     fn subsampled_chroma_sets_the_scale_only_where_it_is_upsampled() {
         let (w, h) = (1000u16, 800u16);
@@ -682,7 +672,7 @@ mod tests {
                 .unwrap();
             out
         };
-        let params = ThumbnailParams::parse(json!({"widths": [80]}).as_object().unwrap()).unwrap();
+        let params = ThumbnailParams::parse(json!({"widths": [120]}).as_object().unwrap()).unwrap();
         for (factor, progressive, decoded) in [
             (jpeg_encoder::SamplingFactor::R_4_2_0, false, 125),
             (jpeg_encoder::SamplingFactor::R_4_2_0, true, 500),
@@ -696,7 +686,7 @@ mod tests {
                 "{factor:?}, progressive {progressive}"
             );
             let thumbnail = render(&image, &plans[0], Format::Png).unwrap();
-            assert_eq!(thumbnail.width(), 80);
+            assert_eq!(thumbnail.width(), 120);
         }
     }
 

@@ -527,7 +527,8 @@ fn cmyk_profile() -> Vec<u8> {
 
 #[test]
 fn a_cmyk_jpeg_with_a_profile_comes_out_as_lcms_converts_it() {
-    // Three inks mixes, 16 rows each; the sRGB lcms2 gives for each
+    // Three inks mixes, 16 rows of 96 pixels each (an image over 64 × 64
+    // pixels, which is decoded whole); the sRGB lcms2 gives for each
     // (ImageMagick 6.9.11: `convert cmyk.jpg -intent relative -profile
     // srgb.icc`, Ghostscript's sRGB profile), and what ignoring the profile
     // would give instead.
@@ -538,7 +539,7 @@ fn a_cmyk_jpeg_with_a_profile_comes_out_as_lcms_converts_it() {
     ];
     let inks: Vec<u8> = mixes
         .iter()
-        .flat_map(|(ink, ..)| ink.repeat(32 * 16))
+        .flat_map(|(ink, ..)| ink.repeat(96 * 16))
         .collect();
     let icc = cmyk_profile();
     for (color, name) in [
@@ -548,12 +549,12 @@ fn a_cmyk_jpeg_with_a_profile_comes_out_as_lcms_converts_it() {
         let mut jpeg = Vec::new();
         let mut encoder = jpeg_encoder::Encoder::new(&mut jpeg, 100);
         encoder.add_icc_profile(&icc).unwrap();
-        encoder.encode(&inks, 32, 48, color).unwrap();
+        encoder.encode(&inks, 96, 48, color).unwrap();
         // In full, and shrunk on load (half size: through the DCT).
         let full = decode(&jpeg, DEFAULT_MAX_PIXELS).unwrap().to_rgb8();
-        let wanted = params(json!({"widths": [16], "format": "png"}));
+        let wanted = params(json!({"widths": [48], "format": "png"}));
         let (image, plans) = decode_for(&jpeg, DEFAULT_MAX_PIXELS, &wanted).unwrap();
-        assert_eq!(image.width(), 16, "{name}: decoded at half size");
+        assert_eq!(image.width(), 48, "{name}: decoded at half size");
         let small = render(&image, &plans[0], Format::Png).unwrap().to_rgb8();
         for (row, (ink, lcms, naive)) in mixes.iter().enumerate() {
             let y = 8 + 16 * row as u32;
