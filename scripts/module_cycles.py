@@ -54,7 +54,9 @@ def crate_problems(crate):
             for dep in re.findall(r"crate::([a-z_]+)", text):
                 if dep != parts[0]:
                     top[parts[0]].add(dep)
-            if len(parts) == 1:
+            # In a top-level module's own file (`x.rs` or `x/mod.rs`),
+            # `super::` is the crate's root: `super::y` names a sibling.
+            if len(parts) == 1 or parts[1:] == ["mod"]:
                 for dep in re.findall(r"(?<!super::)super::([a-z_]+)", text):
                     if dep not in (parts[0], "super"):
                         top[parts[0]].add(dep)
