@@ -272,7 +272,9 @@ impl Scales {
 
     /// The scales for `plans` of a file whose coarsest component is
     /// `subsampling` times coarser than the luma on each axis
-    /// (`mediaonce_jpeg::subsampling`), upright.
+    /// (`mediaonce_jpeg::subsampling`), upright: the crops are upright and
+    /// the scale is the same on both axes, so orientation only swaps the
+    /// subsampling's axes.
     ///
     /// Decoded at the luma's size, a subsampled component has the luma's
     /// samples, and one an output pixel will do, as for the luma.
@@ -281,9 +283,9 @@ impl Scales {
     /// thumbnail, so such a scale must leave that component twice the
     /// output's samples: four luma samples an output pixel on that axis.
     fn for_plans(plans: &[Plan], subsampling: (usize, usize)) -> Scales {
-        let upsampled = |ratio: usize| if ratio > 1 { 2.0 * ratio as f64 } else { 1.0 };
+        let upsampled = |ratio: usize| if ratio > 1 { 2 * ratio } else { 1 };
         Scales {
-            chroma_at_luma_size: shrink_eighths(plans, (1.0, 1.0)),
+            chroma_at_luma_size: shrink_eighths(plans, (1, 1)),
             chroma_upsampled: shrink_eighths(
                 plans,
                 (upsampled(subsampling.0), upsampled(subsampling.1)),
@@ -295,17 +297,15 @@ impl Scales {
 /// The smallest DCT scale, in eighths (1, 2, 4 or 8), at which every plan's
 /// crop still has `headroom` decoded samples an output pixel, across and
 /// down: at least one, so that the resize after it only ever shrinks
-/// (`Scales::for_plans` asks more of upsampled chroma). The crops are
-/// upright and the scale is the same on both axes, so orientation only
-/// swaps the subsampling's axes.
-fn shrink_eighths(plans: &[Plan], (across, down): (f64, f64)) -> u32 {
+/// (`Scales::for_plans` asks more of upsampled chroma).
+fn shrink_eighths(plans: &[Plan], (across, down): (usize, usize)) -> u32 {
     [1, 2, 4]
         .into_iter()
         .find(|&eighths| {
             plans.iter().all(|p| {
                 let (_, _, cw, ch) = p.crop;
-                cw * eighths as f64 >= 8.0 * p.width as f64 * across
-                    && ch * eighths as f64 >= 8.0 * p.height as f64 * down
+                cw * eighths as f64 >= 8.0 * p.width as f64 * across as f64
+                    && ch * eighths as f64 >= 8.0 * p.height as f64 * down as f64
             })
         })
         .unwrap_or(8)
