@@ -15,12 +15,14 @@ WITH_FFMPEG = export MEDIAONCE_FFMPEG="$${MEDIAONCE_FFMPEG:-$$($(EMULATORS) ffmp
 .PHONY: test demo lint lambda media-tools reference-tools emulators emulators-stop clean-emulators
 
 ## test: start the emulators (if they are not up), install the reference
-## tools (libvips, ImageMagick, cjpeg) if missing, and run every test, every
-## test binary even when one fails; the chaos soak (SOAK_UPLOADS, default
-## 500) runs last and prints its counts
+## tools (libvips, ImageMagick, cjpeg, Node.js and tests/js's m3u8-parser)
+## if missing, and run every test, every test binary even when one fails;
+## the chaos soak (SOAK_UPLOADS, default 500) runs, then the template's
+## serving check (CORS on LocalStack's S3, the optional distribution)
 test: emulators reference-tools
 	$(WITH_EMULATORS) $(WITH_FFMPEG) cargo test --workspace --no-fail-fast --all-targets -- --skip chaos_soak
 	$(WITH_EMULATORS) cargo test --test soak -- --nocapture
+	$(WITH_EMULATORS) "$$($(EMULATORS) python)" scripts/template_serving.py
 
 ## demo: a real pipeline on the emulators: upload, notify, claim, run, reuse
 demo: emulators
@@ -49,7 +51,8 @@ media-tools:
 	@$(WITH_FFMPEG) echo "MEDIAONCE_FFMPEG=$$MEDIAONCE_FFMPEG" && "$$MEDIAONCE_FFMPEG" -hide_banner -version | head -1
 
 ## reference-tools: Debian's vipsthumbnail, ImageMagick and cjpeg, which the
-## thumbnail's differential test (tests/thumbnail_vips.rs) runs against
+## thumbnail's differential test (tests/thumbnail_vips.rs) runs against, and
+## Node.js with tests/js's locked packages (tests/hls_iframes.rs)
 reference-tools:
 	@scripts/reference_tools.sh
 

@@ -140,7 +140,7 @@ async fn run(
         seconds.push((took * 1000.0).round() / 1000.0);
     }
     let names = encoding.renditions.iter().map(Rendition::name).collect();
-    write_playlists(&package, names).map_err(|e| e.to_string())?;
+    write_playlists(&package, names, params.iframes).map_err(|e| e.to_string())?;
     Ok(serde_json::json!({
         "input_seconds": encoding.plan_ms as f64 / 1000.0,
         "chunks": spans.len(),

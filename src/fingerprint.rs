@@ -32,6 +32,8 @@ pub struct ObjectHead {
     /// `x-amz-checksum-type`: `FULL_OBJECT` or `COMPOSITE`, when S3 said.
     pub checksum_type: Option<String>,
     pub content_type: Option<String>,
+    /// `Cache-Control`, as S3 serves it with every GET.
+    pub cache_control: Option<String>,
     /// `x-amz-checksum-crc64nvme`, base64: S3 attaches one to every upload
     /// that carries no other checksum. Never a key (a CRC is not
     /// collision-resistant); it only narrows the hash cache's entry.

@@ -20,9 +20,10 @@ use mediaonce::ledger::{
     JobStatus, LedgerTable, RefWrite,
 };
 use mediaonce::references::{self, RefChange, RefHolder, VersionName};
+use mediaonce::step::{output_headers, IMMUTABLE};
 use mediaonce::store::memory::InMemoryObjects;
 use mediaonce::store::s3::S3Objects;
-use mediaonce::store::{sha256_base64, ObjectClient, ObjectRef};
+use mediaonce::store::{sha256_base64, ObjectClient, ObjectHeaders, ObjectRef};
 
 fn row(key: &str, owner: &str, status: JobStatus, lease_until_ms: u64) -> JobRow {
     JobRow {
@@ -952,7 +953,7 @@ async fn object_contract(client: impl ObjectClient, bucket: &str) {
         .put_object(
             bucket,
             key,
-            "application/x-test",
+            ObjectHeaders::typed("application/x-test"),
             ByteStream::from(bytes.clone()),
             None,
         )
@@ -972,6 +973,7 @@ async fn object_contract(client: impl ObjectClient, bucket: &str) {
     );
     assert_eq!(head.version_id, None);
     assert_eq!(head.content_type.as_deref(), Some("application/x-test"));
+    assert_eq!(head.cache_control, None);
     // PutObject asks for no checksum: none is kept to key by.
     assert_eq!(head.checksum_sha256, None);
 
@@ -983,7 +985,10 @@ async fn object_contract(client: impl ObjectClient, bucket: &str) {
         .put_object(
             bucket,
             &checked,
-            "application/x-test",
+            ObjectHeaders {
+                content_type: "application/x-test",
+                cache_control: Some(IMMUTABLE),
+            },
             ByteStream::from(bytes.clone()),
             Some(&sha256),
         )
@@ -998,11 +1003,13 @@ async fn object_contract(client: impl ObjectClient, bucket: &str) {
         checked_head.checksum_sha256.as_deref(),
         Some(sha256.as_str())
     );
+    // Its Cache-Control is kept and served back.
+    assert_eq!(checked_head.cache_control.as_deref(), Some(IMMUTABLE));
     assert!(client
         .put_object(
             bucket,
             &checked,
-            "application/x-test",
+            ObjectHeaders::typed("application/x-test"),
             ByteStream::from(b"other bytes".to_vec()),
             Some(&sha256),
         )
@@ -1041,7 +1048,7 @@ async fn object_contract(client: impl ObjectClient, bucket: &str) {
         .put_object(
             bucket,
             key,
-            "application/x-test",
+            ObjectHeaders::typed("application/x-test"),
             ByteStream::from(b"new".to_vec()),
             None,
         )
@@ -1066,21 +1073,23 @@ async fn object_contract(client: impl ObjectClient, bucket: &str) {
         b"new"
     );
 
-    // CopyObject, server-side, pinned: the bytes and content type arrive
-    // under the new key (one needing encoding in the copy source); pinned
+    // CopyObject, server-side, pinned: the bytes arrive, with the headers
+    // given, under the new key (one needing encoding in the copy source); pinned
     // to an old ETag it fails 412 and writes nothing.
     let copied_key = "copies/a b+c (1).bin";
     client
-        .copy_object(&repinned, bucket, copied_key)
+        .copy_object(&repinned, bucket, copied_key, output_headers("seg.ts"))
         .await
         .unwrap();
     let copy = object(bucket, copied_key, None);
     let copied = client.head_object(&copy).await.unwrap().unwrap();
     assert_eq!(copied.etag, new_head.etag);
-    assert_eq!(copied.content_type.as_deref(), Some("application/x-test"));
+    // The copy's headers are the ones given, not the source's.
+    assert_eq!(copied.content_type.as_deref(), Some("video/mp2t"));
+    assert_eq!(copied.cache_control.as_deref(), Some(IMMUTABLE));
     assert_eq!(client.get_object_range(&copy, 0..3).await.unwrap(), b"new");
     let stale = client
-        .copy_object(&pinned, bucket, "copies/stale.bin")
+        .copy_object(&pinned, bucket, "copies/stale.bin", output_headers("a.bin"))
         .await
         .unwrap_err();
     assert_eq!(stale.kind, ErrorKind::PreconditionFailed, "{stale}");
@@ -1135,7 +1144,7 @@ async fn versioned_contract(client: impl ObjectClient, bucket: &str) {
             .put_object(
                 bucket,
                 key,
-                "application/x-test",
+                ObjectHeaders::typed("application/x-test"),
                 ByteStream::from(body.as_bytes().to_vec()),
                 None,
             )

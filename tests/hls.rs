@@ -265,8 +265,9 @@ async fn two_runs_write_the_same_bytes() {
     assert_ne!(jobs[0].job_key, jobs[1].job_key);
     let first = outputs(&p, &jobs[0].job_key).await;
     let second = outputs(&p, &jobs[1].job_key).await;
-    // master, 2 playlists, 3 segments each.
-    assert_eq!(first.len(), 9, "{:?}", first.keys());
+    // master, the index, 2 playlists and 2 I-frame playlists, 3 segments
+    // each.
+    assert_eq!(first.len(), 12, "{:?}", first.keys());
     assert_eq!(
         first.keys().collect::<Vec<_>>(),
         second.keys().collect::<Vec<_>>()
@@ -706,11 +707,13 @@ async fn a_long_input_is_encoded_span_by_span_into_one_package() {
     assert_eq!(
         names(&chunked),
         [
+            "job/144p/iframes.m3u8",
             "job/144p/index.m3u8",
             "job/144p/seg-00000.ts",
             "job/144p/seg-00001.ts",
             "job/144p/seg-00002.ts",
-            "job/master.m3u8"
+            "job/master.m3u8",
+            "job/package.json"
         ]
     );
     assert_eq!(names(&chunked), names(&whole));

@@ -179,7 +179,7 @@ fn chunks_join_into_the_whole_runs_segments_frames_and_audio() {
 
     // Joined, the playlists are the whole run's: the same durations.
     for dir in [&whole_dir, &joined_dir] {
-        write_playlists(dir, vec!["180p".into(), "144p".into()]).unwrap();
+        write_playlists(dir, vec!["180p".into(), "144p".into()], true).unwrap();
     }
     assert_eq!(
         durations(&joined_dir.join("180p/index.m3u8")),

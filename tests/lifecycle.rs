@@ -64,7 +64,8 @@ use mediaonce::references::{VersionName, VERSION_ROW_PREFIX};
 use mediaonce::step::{Manifest, MANIFEST_NAME};
 use mediaonce::store::s3::S3Objects;
 use mediaonce::store::{
-    DeleteError, GetError, HeadError, ListError, ObjectClient, ObjectRef, PutError, VersionsPage,
+    DeleteError, GetError, HeadError, ListError, ObjectClient, ObjectHeaders, ObjectRef, PutError,
+    VersionsPage,
 };
 use serde_json::Value;
 
@@ -161,12 +162,12 @@ impl ObjectClient for Oracle {
         &self,
         bucket: &str,
         key: &str,
-        content_type: &str,
+        headers: ObjectHeaders<'_>,
         body: aws_sdk_s3::primitives::ByteStream,
         checksum_sha256: Option<&str>,
     ) -> Result<(), PutError> {
         self.inner
-            .put_object(bucket, key, content_type, body, checksum_sha256)
+            .put_object(bucket, key, headers, body, checksum_sha256)
             .await
     }
     async fn list_objects(

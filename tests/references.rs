@@ -26,8 +26,8 @@ use mediaonce::ledger::JobStatus;
 use mediaonce::references::{RefItem, VersionName};
 use mediaonce::store::s3::S3Objects;
 use mediaonce::store::{
-    DeleteError, GetError, HeadError, ListError, ObjectClient, ObjectRef, ObjectStore, PutError,
-    VersionsPage,
+    DeleteError, GetError, HeadError, ListError, ObjectClient, ObjectHeaders, ObjectRef,
+    ObjectStore, PutError, VersionsPage,
 };
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -491,12 +491,12 @@ impl ObjectClient for PausedAfterHead {
         &self,
         bucket: &str,
         key: &str,
-        content_type: &str,
+        headers: ObjectHeaders<'_>,
         body: ByteStream,
         checksum_sha256: Option<&str>,
     ) -> Result<(), PutError> {
         self.inner
-            .put_object(bucket, key, content_type, body, checksum_sha256)
+            .put_object(bucket, key, headers, body, checksum_sha256)
             .await
     }
     async fn list_objects(

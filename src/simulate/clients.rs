@@ -20,7 +20,8 @@ use crate::ledger::{
 use crate::references::{RefChange, VersionName, VersionRefs};
 use crate::store::memory::InMemoryObjects;
 use crate::store::{
-    DeleteError, GetError, HeadError, ListError, ObjectClient, ObjectRef, PutError, VersionsPage,
+    DeleteError, GetError, HeadError, ListError, ObjectClient, ObjectHeaders, ObjectRef, PutError,
+    VersionsPage,
 };
 
 /// Calls and capacity units by call, as DynamoDB on-demand would bill them
@@ -343,18 +344,24 @@ impl ObjectClient for SimObjects {
         &self,
         bucket: &str,
         key: &str,
-        content_type: &str,
+        headers: ObjectHeaders<'_>,
         body: ByteStream,
         checksum_sha256: Option<&str>,
     ) -> Result<(), PutError> {
         self.count("PUT").await;
         self.inner
-            .put_object(bucket, key, content_type, body, checksum_sha256)
+            .put_object(bucket, key, headers, body, checksum_sha256)
             .await
     }
-    async fn copy_object(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {
+    async fn copy_object(
+        &self,
+        from: &ObjectRef,
+        bucket: &str,
+        key: &str,
+        headers: ObjectHeaders<'_>,
+    ) -> Result<(), PutError> {
         self.count("COPY").await;
-        self.inner.copy_object(from, bucket, key).await
+        self.inner.copy_object(from, bucket, key, headers).await
     }
     async fn list_objects(
         &self,

@@ -161,6 +161,7 @@ pub(crate) async fn write_one_segment(
         codecs: "avc1.64001f".into(),
         width: 256,
         height: 144,
+        keyframe_bytes: None,
     };
     let listing = ChunkSegments {
         renditions: vec![RenditionSegments {

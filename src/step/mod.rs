@@ -25,7 +25,9 @@ pub use input::JobInput;
 pub use local::Keep;
 pub(crate) use local::ObjectBytes;
 pub(crate) use outputs::hash_file;
-pub use outputs::{content_type, CopyIn, JobOutputs, Manifest, OutputFile, MANIFEST_NAME};
+pub use outputs::{
+    content_type, output_headers, CopyIn, JobOutputs, Manifest, OutputFile, IMMUTABLE, MANIFEST_NAME,
+};
 
 /// Why a step failed. The message is stored in the job row.
 #[derive(Debug, thiserror::Error)]

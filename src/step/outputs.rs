@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::StepError;
 use crate::fingerprint::ContentHasher;
-use crate::store::ObjectStore;
+use crate::store::{ObjectHeaders, ObjectStore};
 
 /// The file a job writes last; its presence means the outputs are complete.
 pub const MANIFEST_NAME: &str = "_manifest.json";
@@ -129,7 +129,8 @@ impl JobOutputs {
                     if_match: None,
                 };
                 let to = format!("{prefix}{}", file.name);
-                match store.copy(&from, bucket, &to).await {
+                let headers = output_headers(&file.name);
+                match store.copy(&from, bucket, &to, headers).await {
                     Ok(()) => Ok(file),
                     Err(e) => Err(StepError::Output {
                         name: file.name.clone(),
@@ -155,7 +156,16 @@ impl JobOutputs {
     ) -> Result<(), StepError> {
         let key = format!("{}{}", self.prefix, file.name);
         self.store
-            .put(&self.bucket, &key, content_type, body, Some(&file.sha256))
+            .put(
+                &self.bucket,
+                &key,
+                ObjectHeaders {
+                    content_type,
+                    cache_control: Some(IMMUTABLE),
+                },
+                body,
+                Some(&file.sha256),
+            )
             .await
             .map_err(|e| StepError::Output {
                 name: file.name.clone(),
@@ -179,7 +189,7 @@ impl JobOutputs {
             .put(
                 &self.bucket,
                 &key,
-                "application/json",
+                output_headers(MANIFEST_NAME),
                 ByteStream::from(bytes),
                 Some(&sha256),
             )
@@ -232,6 +242,22 @@ fn check_output_name(name: &str) -> Result<(), StepError> {
         });
     }
     Ok(())
+}
+
+/// Every output's `Cache-Control`: a job's files never change under its
+/// key (the same input and recipe write the same bytes), so a browser or
+/// CDN may keep them for a year without asking again; the manifest too.
+/// DESIGN.md, "Serving": what a re-run after collection by another build
+/// does to this.
+pub const IMMUTABLE: &str = "public, max-age=31536000, immutable";
+
+/// The headers an output named `name` is written with: its content type
+/// and [`IMMUTABLE`].
+pub fn output_headers(name: &str) -> ObjectHeaders<'static> {
+    ObjectHeaders {
+        content_type: content_type(name),
+        cache_control: Some(IMMUTABLE),
+    }
 }
 
 /// The `Content-Type` an output is written with, by its extension.

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use aws_sdk_s3::primitives::ByteStream;
 
 use super::{
-    DeleteError, ErrorKind, GetError, HeadError, ListError, ObjectClient, ObjectRef, PutError,
-    VersionsPage,
+    DeleteError, ErrorKind, GetError, HeadError, ListError, ObjectClient, ObjectHeaders, ObjectRef,
+    PutError, VersionsPage,
 };
 use crate::faults::{Call, FaultPlan};
 use crate::fingerprint::ObjectHead;
@@ -36,7 +36,7 @@ impl FaultyObjects {
                 .put_object(
                     &object.bucket,
                     &object.key,
-                    "application/octet-stream",
+                    ObjectHeaders::typed("application/octet-stream"),
                     ByteStream::from(bytes),
                     None,
                 )
@@ -95,7 +95,7 @@ impl ObjectClient for FaultyObjects {
         &self,
         bucket: &str,
         key: &str,
-        content_type: &str,
+        headers: ObjectHeaders<'_>,
         body: ByteStream,
         checksum_sha256: Option<&str>,
     ) -> Result<(), PutError> {
@@ -109,11 +109,17 @@ impl ObjectClient for FaultyObjects {
             });
         }
         self.inner
-            .put_object(bucket, key, content_type, body, checksum_sha256)
+            .put_object(bucket, key, headers, body, checksum_sha256)
             .await
     }
 
-    async fn copy_object(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {
+    async fn copy_object(
+        &self,
+        from: &ObjectRef,
+        bucket: &str,
+        key: &str,
+        headers: ObjectHeaders<'_>,
+    ) -> Result<(), PutError> {
         self.plan.pass(Call::CopyObject, key).await;
         if let Some(message) = self.plan.check(Call::CopyObject, key) {
             return Err(PutError {
@@ -123,7 +129,7 @@ impl ObjectClient for FaultyObjects {
                 kind: ErrorKind::Transient,
             });
         }
-        self.inner.copy_object(from, bucket, key).await
+        self.inner.copy_object(from, bucket, key, headers).await
     }
 
     async fn list_object_versions(

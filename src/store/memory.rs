@@ -29,13 +29,17 @@ use aws_sdk_s3::primitives::ByteStream;
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use super::{owner_mismatch, ErrorKind, GetError, HeadError, ObjectClient, ObjectRef, PutError};
+use super::{
+    owner_mismatch, ErrorKind, GetError, HeadError, ObjectClient, ObjectHeaders, ObjectRef,
+    PutError,
+};
 use crate::fingerprint::ObjectHead;
 
 #[derive(Debug, Clone)]
 struct Stored {
     bytes: Vec<u8>,
     content_type: String,
+    cache_control: Option<String>,
     with_sha256: bool,
     /// Uploaded in parts: its ETag is S3's multipart form (`<hex>-<parts>`),
     /// not the bytes' MD5, so the same bytes have another ETag.
@@ -199,6 +203,7 @@ impl InMemoryObjects {
         let stored = Stored {
             bytes: bytes.to_vec(),
             content_type: "application/octet-stream".into(),
+            cache_control: None,
             with_sha256: sha256,
             multipart,
             kms_etag: None,
@@ -388,6 +393,7 @@ impl ObjectClient for Arc<InMemoryObjects> {
             checksum_sha256: stored.with_sha256.then(|| sha256_checksum(&stored.bytes)),
             checksum_type: stored.with_sha256.then(|| "FULL_OBJECT".to_string()),
             content_type: Some(stored.content_type.clone()),
+            cache_control: stored.cache_control.clone(),
             // Unique per content, as a single-part upload's MD5 is.
             etag_md5: !stored.multipart && stored.kms_etag.is_none(),
             ..Default::default()
@@ -416,7 +422,13 @@ impl ObjectClient for Arc<InMemoryObjects> {
             })
     }
 
-    async fn copy_object(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {
+    async fn copy_object(
+        &self,
+        from: &ObjectRef,
+        bucket: &str,
+        key: &str,
+        headers: ObjectHeaders<'_>,
+    ) -> Result<(), PutError> {
         let error = |message: String, kind| PutError {
             bucket: bucket.to_string(),
             key: key.to_string(),
@@ -425,17 +437,14 @@ impl ObjectClient for Arc<InMemoryObjects> {
         };
         self.check_owner(bucket)
             .map_err(|message| error(message, ErrorKind::Other))?;
-        let Stored {
-            bytes,
-            content_type,
-            ..
-        } = self.current(from).map_err(|e| error(e.message, e.kind))?;
+        let Stored { bytes, .. } = self.current(from).map_err(|e| error(e.message, e.kind))?;
         self.put_stored(
             bucket,
             key,
             Stored {
                 bytes,
-                content_type,
+                content_type: headers.content_type.to_string(),
+                cache_control: headers.cache_control.map(str::to_string),
                 with_sha256: false,
                 multipart: false,
                 kms_etag: None,
@@ -448,7 +457,7 @@ impl ObjectClient for Arc<InMemoryObjects> {
         &self,
         bucket: &str,
         key: &str,
-        content_type: &str,
+        headers: ObjectHeaders<'_>,
         body: ByteStream,
         checksum_sha256: Option<&str>,
     ) -> Result<(), PutError> {
@@ -479,7 +488,8 @@ impl ObjectClient for Arc<InMemoryObjects> {
             key,
             Stored {
                 bytes,
-                content_type: content_type.to_string(),
+                content_type: headers.content_type.to_string(),
+                cache_control: headers.cache_control.map(str::to_string),
                 with_sha256: checksum_sha256.is_some(),
                 multipart: false,
                 kms_etag: None,

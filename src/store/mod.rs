@@ -139,6 +139,23 @@ pub fn owner_mismatch(account: &str) -> String {
     )
 }
 
+/// The headers an object is written with, and served with on every GET.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectHeaders<'a> {
+    pub content_type: &'a str,
+    pub cache_control: Option<&'a str>,
+}
+
+impl<'a> ObjectHeaders<'a> {
+    /// Only a `Content-Type`.
+    pub fn typed(content_type: &'a str) -> Self {
+        ObjectHeaders {
+            content_type,
+            cache_control: None,
+        }
+    }
+}
+
 /// The S3 calls, one method each.
 #[async_trait::async_trait]
 pub trait ObjectClient: Send + Sync + std::fmt::Debug {
@@ -158,34 +175,40 @@ pub trait ObjectClient: Send + Sync + std::fmt::Debug {
         range: Range<u64>,
     ) -> Result<Vec<u8>, GetError>;
 
-    /// PutObject, replacing any earlier object at the key. With
-    /// `checksum_sha256` (base64, as S3 takes it), S3 refuses bytes whose
-    /// SHA-256 is another, and keeps it as the object's full-object
+    /// PutObject with `headers`, replacing any earlier object at the key.
+    /// With `checksum_sha256` (base64, as S3 takes it), S3 refuses bytes
+    /// whose SHA-256 is another, and keeps it as the object's full-object
     /// checksum.
     async fn put_object(
         &self,
         bucket: &str,
         key: &str,
-        content_type: &str,
+        headers: ObjectHeaders<'_>,
         body: ByteStream,
         checksum_sha256: Option<&str>,
     ) -> Result<(), PutError>;
 
     /// CopyObject: `from` (its version, and `If-Match` its ETag when set:
-    /// `x-amz-copy-source-if-match`) to `bucket`/`key`, server-side, its
-    /// content type kept; replaces any earlier object at the key. By
-    /// default (a client of one's own that has no copy), a HEAD, a GET and
-    /// a PUT through this client, the object held in memory between them
-    /// (a PUT to S3 needs a body of known size).
-    async fn copy_object(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {
+    /// `x-amz-copy-source-if-match`) to `bucket`/`key`, server-side, with
+    /// `headers` in place of the source's (`MetadataDirective=REPLACE`);
+    /// replaces any earlier object at the key. By default (a client of
+    /// one's own that has no copy), a HEAD, a GET and a PUT through this
+    /// client, the object held in memory between them (a PUT to S3 needs
+    /// a body of known size).
+    async fn copy_object(
+        &self,
+        from: &ObjectRef,
+        bucket: &str,
+        key: &str,
+        headers: ObjectHeaders<'_>,
+    ) -> Result<(), PutError> {
         let failed = |message: String, kind| PutError {
             bucket: bucket.to_string(),
             key: key.to_string(),
             message: format!("copying {from}: {message}"),
             kind,
         };
-        let head = self
-            .head_object(from)
+        self.head_object(from)
             .await
             .map_err(|e| failed(e.message, e.kind))?
             .ok_or_else(|| failed("NoSuchKey".into(), ErrorKind::NotFound))?;
@@ -197,10 +220,7 @@ pub trait ObjectClient: Send + Sync + std::fmt::Debug {
             .await
             .map_err(|e| failed(format!("reading the body: {e}"), ErrorKind::Transient))?
             .into_bytes();
-        let content_type = head
-            .content_type
-            .unwrap_or_else(|| "application/octet-stream".into());
-        self.put_object(bucket, key, &content_type, ByteStream::from(body), None)
+        self.put_object(bucket, key, headers, ByteStream::from(body), None)
             .await
     }
 
@@ -301,8 +321,14 @@ impl ObjectStore {
 
     /// Copies `from` to `bucket`/`key` within S3 ([`ObjectClient::copy_object`]):
     /// no byte passes through the function.
-    pub async fn copy(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {
-        self.client.copy_object(from, bucket, key).await
+    pub async fn copy(
+        &self,
+        from: &ObjectRef,
+        bucket: &str,
+        key: &str,
+        headers: ObjectHeaders<'_>,
+    ) -> Result<(), PutError> {
+        self.client.copy_object(from, bucket, key, headers).await
     }
 
     /// Deletes up to [`MAX_KEYS_PER_CALL`] keys.
@@ -374,7 +400,7 @@ impl ObjectStore {
         &self,
         bucket: &str,
         key: &str,
-        content_type: &str,
+        headers: ObjectHeaders<'_>,
         body: ByteStream,
         sha256: Option<&str>,
     ) -> Result<(), PutError> {
@@ -383,7 +409,7 @@ impl ObjectStore {
         let (lower, upper) = body.size_hint();
         let checksum = sha256.and_then(sha256_base64);
         self.client
-            .put_object(bucket, key, content_type, body, checksum.as_deref())
+            .put_object(bucket, key, headers, body, checksum.as_deref())
             .await?;
         self.bytes
             .written

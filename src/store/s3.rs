@@ -11,7 +11,7 @@ use aws_smithy_runtime_api::http::Response;
 
 use super::{
     owner_mismatch, DeleteError, ErrorKind, GetError, HeadError, KeyEntry, ListError, ObjectClient,
-    ObjectRef, PutError, VersionsPage,
+    ObjectHeaders, ObjectRef, PutError, VersionsPage,
 };
 use crate::aws::describe_error;
 use crate::fingerprint::ObjectHead;
@@ -143,6 +143,7 @@ impl ObjectClient for S3Objects {
             checksum_sha256: output.checksum_sha256().map(str::to_string),
             checksum_type: output.checksum_type().map(|t| t.as_str().to_string()),
             content_type: output.content_type().map(str::to_string),
+            cache_control: output.cache_control().map(str::to_string),
             checksum_crc64nvme: output.checksum_crc64_nvme().map(str::to_string),
             declared_sha256: output
                 .metadata()
@@ -213,7 +214,7 @@ impl ObjectClient for S3Objects {
         &self,
         bucket: &str,
         key: &str,
-        content_type: &str,
+        headers: ObjectHeaders<'_>,
         body: ByteStream,
         checksum_sha256: Option<&str>,
     ) -> Result<(), PutError> {
@@ -221,7 +222,8 @@ impl ObjectClient for S3Objects {
             .put_object()
             .bucket(bucket)
             .key(key)
-            .content_type(content_type)
+            .content_type(headers.content_type)
+            .set_cache_control(headers.cache_control.map(str::to_string))
             .set_checksum_sha256(checksum_sha256.map(str::to_string))
             .set_expected_bucket_owner(self.expected_bucket_owner.clone())
             .body(body)
@@ -236,7 +238,13 @@ impl ObjectClient for S3Objects {
             })
     }
 
-    async fn copy_object(&self, from: &ObjectRef, bucket: &str, key: &str) -> Result<(), PutError> {
+    async fn copy_object(
+        &self,
+        from: &ObjectRef,
+        bucket: &str,
+        key: &str,
+        headers: ObjectHeaders<'_>,
+    ) -> Result<(), PutError> {
         // The copy source is `bucket/key`, URL-encoded, `?versionId=` when
         // pinned to a version.
         let mut source = format!(
@@ -257,6 +265,9 @@ impl ObjectClient for S3Objects {
             .set_copy_source_if_match(from.if_match.as_deref().map(quoted))
             .bucket(bucket)
             .key(key)
+            .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+            .content_type(headers.content_type)
+            .set_cache_control(headers.cache_control.map(str::to_string))
             .set_expected_bucket_owner(self.expected_bucket_owner.clone())
             .set_expected_source_bucket_owner(self.expected_bucket_owner.clone())
             .send()

@@ -9,7 +9,8 @@ use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_s3::primitives::ByteStream;
 use mediaonce::fingerprint::ObjectHead;
 use mediaonce::store::{
-    DeleteError, GetError, HeadError, ListError, ObjectClient, ObjectRef, PutError, VersionsPage,
+    DeleteError, GetError, HeadError, ListError, ObjectClient, ObjectHeaders, ObjectRef, PutError,
+    VersionsPage,
 };
 
 /// Counts DynamoDB calls made through a client (one per operation, not per
@@ -85,12 +86,12 @@ impl ObjectClient for ReadCounter {
         &self,
         bucket: &str,
         key: &str,
-        content_type: &str,
+        headers: ObjectHeaders<'_>,
         body: ByteStream,
         checksum_sha256: Option<&str>,
     ) -> Result<(), PutError> {
         self.inner
-            .put_object(bucket, key, content_type, body, checksum_sha256)
+            .put_object(bucket, key, headers, body, checksum_sha256)
             .await
     }
 

@@ -9,11 +9,13 @@ use crate::config::split_s3_location;
 use crate::handler::job::execution::chunk_keys;
 use crate::handler::job::finish;
 use crate::handler::App;
+use crate::key::Recipe;
 use crate::ledger::{FinishError, JobRow, JobStatus};
 use crate::pipeline::split::SplitTask;
 use crate::step::{content_type, JobOutputs, Manifest, StepError};
 use crate::steps::hls::chunk_job::{ChunkSegments, SEGMENTS_FILE};
 use crate::steps::hls::join::{plan_join, ChunkOutputs};
+use crate::steps::hls::HlsParams;
 
 /// Chunk rows read at once by a join.
 const READS_AT_ONCE: usize = 16;
@@ -124,7 +126,13 @@ chunks: &[&JobRow],
         .buffered(READS_AT_ONCE)
         .try_collect()
         .await?;
-    let plan = plan_join(&read).map_err(StepError::Unprocessable)?;
+    // The recipe as the execution carries it, as the chunks were run.
+    let iframes = Recipe::from_value(&recipe)
+        .map_err(|e| e.to_string())
+        .and_then(|package| HlsParams::from_params(&package.params))
+        .map_err(|e| StepError::Unprocessable(format!("the execution's recipe: {e}")))?
+        .iframes;
+    let plan = plan_join(&read, iframes).map_err(StepError::Unprocessable)?;
     let (bucket, prefix) = located(parent)?;
     let mut outputs = JobOutputs::new(app.store.clone(), bucket, prefix);
     outputs.copy_in(plan.copies).await?;

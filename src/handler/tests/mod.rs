@@ -594,11 +594,11 @@ impl crate::store::ObjectClient for StallingDeletes {
         &self,
         bucket: &str,
         key: &str,
-        content_type: &str,
+        headers: crate::store::ObjectHeaders<'_>,
         body: aws_sdk_s3::primitives::ByteStream,
         checksum_sha256: Option<&str>,
     ) -> Result<(), crate::store::PutError> {
-        self.0.put_object(bucket, key, content_type, body, checksum_sha256).await
+        self.0.put_object(bucket, key, headers, body, checksum_sha256).await
     }
     async fn list_objects(
         &self,

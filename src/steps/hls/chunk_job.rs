@@ -194,7 +194,7 @@ impl Step for HlsChunk {
         let dir_for_measure = out_dir.clone();
         let measured = tokio::task::spawn_blocking(move || {
             keep_segments_only(&dir_for_measure)?;
-            measure_segments(&dir_for_measure, names)
+            measure_segments(&dir_for_measure, names).map(|(renditions, _)| renditions)
         })
         .await
         .map_err(|e| StepError::Failed(format!("measuring the segments: {e}")))??;

@@ -4,9 +4,10 @@
 //! the chunks' manifests and `segments.json`, and makes the copies and
 //! writes the playlists this plans (DESIGN.md, "Chunked HLS").
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::chunk_job::ChunkSegments;
+use super::index::{PackageIndex, PACKAGE_INDEX};
 use super::playlist::{package_playlists, SegmentSummary};
 use crate::step::{CopyIn, Manifest};
 
@@ -27,14 +28,16 @@ pub struct JoinPlan {
     /// Each segment: where it is copied from, and its manifest entry in
     /// the package (the same name under the parent's prefix).
     pub copies: Vec<CopyIn>,
-    /// The media playlists and the master: (name, text).
+    /// The media playlists, the master and the package's index
+    /// ([`super::index`]): (name, text).
     pub playlists: Vec<(String, String)>,
 }
 
-/// The package made of `chunks` (in the plan's order), or what is wrong
-/// with them: renditions that differ between chunks, a segment that its
-/// chunk's manifest does not list, or one named twice.
-pub fn plan_join(chunks: &[ChunkOutputs]) -> Result<JoinPlan, String> {
+/// The package made of `chunks` (in the plan's order), with I-frame
+/// playlists when `iframes`, or what is wrong with the chunks: renditions
+/// that differ between chunks, a segment that its chunk's manifest does
+/// not list, or one named twice.
+pub fn plan_join(chunks: &[ChunkOutputs], iframes: bool) -> Result<JoinPlan, String> {
     let Some(first) = chunks.first() else {
         return Err("a split job with no chunk".into());
     };
@@ -50,6 +53,7 @@ pub fn plan_join(chunks: &[ChunkOutputs]) -> Result<JoinPlan, String> {
         .collect();
     let mut copies = Vec::new();
     let mut seen = BTreeSet::new();
+    let mut sha256 = BTreeMap::new();
     for (place, chunk) in chunks.iter().enumerate() {
         let theirs: Vec<&str> = chunk
             .segments
@@ -76,6 +80,7 @@ pub fn plan_join(chunks: &[ChunkOutputs]) -> Result<JoinPlan, String> {
                 if !seen.insert(name.clone()) {
                     return Err(format!("segment {name} is in two chunks"));
                 }
+                sha256.insert(name.clone(), file.sha256.clone());
                 copies.push(CopyIn {
                     bucket: chunk.bucket.clone(),
                     key: format!("{}{name}", chunk.prefix),
@@ -85,7 +90,9 @@ pub fn plan_join(chunks: &[ChunkOutputs]) -> Result<JoinPlan, String> {
             }
         }
     }
-    let playlists = package_playlists(&renditions)?;
+    let mut playlists = package_playlists(&renditions, iframes)?;
+    let index = PackageIndex::of(&renditions, &sha256)?;
+    playlists.push((PACKAGE_INDEX.to_string(), index.to_text()));
     Ok(JoinPlan { copies, playlists })
 }
 
@@ -107,6 +114,7 @@ mod tests {
             codecs: "avc1.64001f".into(),
             width: 320,
             height: 180,
+            keyframe_bytes: Some(376),
         }
     }
 
@@ -147,7 +155,7 @@ mod tests {
             chunk(0, &["seg-00000.ts", "seg-00001.ts"]),
             chunk(1, &["seg-00002.ts", "seg-00003.ts"]),
         ];
-        let plan = plan_join(&chunks).unwrap();
+        let plan = plan_join(&chunks, true).unwrap();
         let sources: Vec<&str> = plan.copies.iter().map(|c| c.key.as_str()).collect();
         assert_eq!(
             sources,
@@ -162,7 +170,33 @@ mod tests {
         assert_eq!(plan.copies[3].file.name, "180p/seg-00003.ts");
         assert_eq!(plan.copies[3].file.sha256, "seg-00003.ts-sha");
         let names: Vec<&str> = plan.playlists.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["180p/index.m3u8", "master.m3u8"]);
+        assert_eq!(
+            names,
+            [
+                "180p/index.m3u8",
+                "180p/iframes.m3u8",
+                "master.m3u8",
+                "package.json"
+            ]
+        );
+        let index = PackageIndex::parse(plan.playlists[3].1.as_bytes()).unwrap();
+        let hashes: Vec<&str> = index.renditions[0]
+            .segments
+            .iter()
+            .map(|s| s.sha256.as_str())
+            .collect();
+        assert_eq!(
+            hashes,
+            [
+                "seg-00000.ts-sha",
+                "seg-00001.ts-sha",
+                "seg-00002.ts-sha",
+                "seg-00003.ts-sha"
+            ]
+        );
+        assert!(plan.playlists[1]
+            .1
+            .contains("#EXT-X-BYTERANGE:376@0\nseg-00003.ts"));
         let media = &plan.playlists[0].1;
         assert_eq!(media.matches("#EXTINF:1.000000,").count(), 4, "{media}");
         assert!(media.find("seg-00001.ts").unwrap() < media.find("seg-00002.ts").unwrap());
@@ -172,20 +206,23 @@ mod tests {
     fn chunks_that_do_not_fit_together_say_why() {
         let mut other = chunk(1, &["seg-00002.ts"]);
         other.segments.renditions[0].name = "360p".into();
-        let err = plan_join(&[chunk(0, &["seg-00000.ts"]), other]).unwrap_err();
+        let err = plan_join(&[chunk(0, &["seg-00000.ts"]), other], true).unwrap_err();
         assert!(err.contains("renditions"), "{err}");
 
         let mut unlisted = chunk(1, &["seg-00002.ts"]);
         unlisted.manifest.outputs.clear();
-        let err = plan_join(&[chunk(0, &["seg-00000.ts"]), unlisted]).unwrap_err();
+        let err = plan_join(&[chunk(0, &["seg-00000.ts"]), unlisted], true).unwrap_err();
         assert!(
             err.contains("does not list its segment 180p/seg-00002.ts"),
             "{err}"
         );
 
-        let err =
-            plan_join(&[chunk(0, &["seg-00000.ts"]), chunk(1, &["seg-00000.ts"])]).unwrap_err();
+        let err = plan_join(
+            &[chunk(0, &["seg-00000.ts"]), chunk(1, &["seg-00000.ts"])],
+            true,
+        )
+        .unwrap_err();
         assert!(err.contains("in two chunks"), "{err}");
-        assert!(plan_join(&[]).is_err());
+        assert!(plan_join(&[], true).is_err());
     }
 }

@@ -19,12 +19,14 @@
 
 pub mod chunk;
 pub mod chunk_job;
+pub mod index;
 pub mod join;
 mod params;
 pub mod playlist;
 pub mod sparse;
 pub mod ts;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -414,7 +416,8 @@ impl Step for HlsPackage {
         }
         let names = encoding.renditions.iter().map(Rendition::name).collect();
         let dir = out_dir.clone();
-        tokio::task::spawn_blocking(move || write_playlists(&dir, names))
+        let iframes = params.iframes;
+        tokio::task::spawn_blocking(move || write_playlists(&dir, names, iframes))
             .await
             .map_err(|e| StepError::Failed(format!("measuring the segments: {e}")))??;
         upload_dir(&out_dir, outputs).await
@@ -526,25 +529,38 @@ pub async fn encode_span(
 /// Rewrites each rendition's media playlist and the master playlist from
 /// the segments as measured ([`playlist`]), in place of the muxer's: real
 /// durations, and the master's peak and average bit rates, codecs,
-/// resolution and frame rate.
-pub fn write_playlists(out_dir: &Path, renditions: Vec<String>) -> Result<(), StepError> {
+/// resolution and frame rate; with `iframes`, each rendition's I-frame
+/// playlist too; and writes the package's index ([`index`]).
+pub fn write_playlists(
+    out_dir: &Path,
+    renditions: Vec<String>,
+    iframes: bool,
+) -> Result<(), StepError> {
     let failed = |what: String| StepError::Failed(format!("hls-package: {what}"));
-    let summaries = measure_segments(out_dir, renditions)?;
-    for (path, text) in playlist::package_playlists(&summaries).map_err(failed)? {
+    let (summaries, sha256) = measure_segments(out_dir, renditions)?;
+    let mut files = playlist::package_playlists(&summaries, iframes).map_err(failed)?;
+    let index = index::PackageIndex::of(&summaries, &sha256).map_err(failed)?;
+    files.push((index::PACKAGE_INDEX.to_string(), index.to_text()));
+    for (path, text) in files {
         std::fs::write(out_dir.join(&path), text)
             .map_err(|e| failed(format!("writing {path}: {e}")))?;
     }
     Ok(())
 }
 
+/// A rendition's segment summaries, by rendition.
+pub type MeasuredRenditions = Vec<(String, Vec<playlist::SegmentSummary>)>;
+
 /// Each rendition's segments under `out_dir` (`<rendition>/*.ts`, in name
-/// order), measured ([`ts::read_segment`]) and summarised.
+/// order), measured ([`ts::read_segment`]) and summarised, and each one's
+/// SHA-256 by its path in the package (`360p/seg-00000.ts`).
 pub fn measure_segments(
     out_dir: &Path,
     renditions: Vec<String>,
-) -> Result<Vec<(String, Vec<playlist::SegmentSummary>)>, StepError> {
+) -> Result<(MeasuredRenditions, BTreeMap<String, String>), StepError> {
     let failed = |what: String| StepError::Failed(format!("hls-package: {what}"));
     let mut measured = Vec::with_capacity(renditions.len());
+    let mut sha256 = BTreeMap::new();
     for name in renditions {
         let dir = out_dir.join(&name);
         let mut files: Vec<String> = std::fs::read_dir(&dir)
@@ -559,6 +575,7 @@ pub fn measure_segments(
                 .map_err(|e| failed(format!("reading {name}/{file}: {e}")))?;
             let segment =
                 ts::read_segment(&bytes).map_err(|e| failed(format!("{name}/{file}: {e}")))?;
+            sha256.insert(format!("{name}/{file}"), crate::key::sha256_hex(&bytes));
             summaries.push(
                 playlist::SegmentSummary::of(&file, &segment)
                     .map_err(|e| failed(format!("{name}/{e}")))?,
@@ -566,7 +583,7 @@ pub fn measure_segments(
         }
         measured.push((name, summaries));
     }
-    Ok(measured)
+    Ok((measured, sha256))
 }
 
 /// What progress in frames means in seconds.

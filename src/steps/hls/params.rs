@@ -75,6 +75,10 @@ pub struct HlsParams {
     /// default, not derived from the function's size.
     #[serde(default = "default_chunk")]
     pub chunk_seconds: u64,
+    /// Whether each rendition gets an I-frame playlist, listed in the
+    /// master (`EXT-X-I-FRAME-STREAM-INF`).
+    #[serde(default = "default_iframes")]
+    pub iframes: bool,
 }
 
 fn default_segment() -> f64 {
@@ -94,6 +98,9 @@ fn default_audio_kbps() -> u32 {
 }
 fn default_threads() -> u32 {
     2
+}
+fn default_iframes() -> bool {
+    true
 }
 fn default_min_seconds() -> u64 {
     60

@@ -6,6 +6,13 @@
 //! writer serves every package, so two with the same segments have the
 //! same playlists whoever encoded them. Pure.
 //!
+//! Each rendition also gets an I-frame playlist (`iframes.m3u8`,
+//! `EXT-X-I-FRAMES-ONLY`): a segment opens on its only keyframe (the
+//! encoder forces one at every segment start and no other), so the
+//! playlist lists each segment once, with the byte range that holds its
+//! PAT, PMT and that keyframe, for the segment's duration. The master
+//! lists them with `EXT-X-I-FRAME-STREAM-INF`.
+//!
 //! A segment is measured once into a [`SegmentSummary`]: what the
 //! playlists need of it, small and serializable, so that the playlists of
 //! a package whose segments were encoded by several runs (chunk jobs) are
@@ -36,6 +43,12 @@ pub struct SegmentSummary {
     pub codecs: String,
     pub width: u32,
     pub height: u32,
+    /// Bytes `0..keyframe_bytes` hold the tables and the opening keyframe
+    /// ([`Segment::keyframe_end`]). Absent from the summaries of chunks
+    /// done by builds before I-frame playlists: a package joined from
+    /// them has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyframe_bytes: Option<u64>,
 }
 
 impl SegmentSummary {
@@ -69,26 +82,82 @@ impl SegmentSummary {
             codecs,
             width: video.width,
             height: video.height,
+            keyframe_bytes: segment.keyframe_end,
         })
     }
 }
 
+/// The name of each rendition's I-frame playlist, beside its `index.m3u8`.
+pub const IFRAME_PLAYLIST: &str = "iframes.m3u8";
+
 /// A package's playlists from its renditions' segment summaries (each in
 /// playback order): `(path, text)` of each media playlist
-/// (`<rendition>/index.m3u8`) and of `master.m3u8`.
+/// (`<rendition>/index.m3u8`), with `iframes` each I-frame playlist
+/// (`<rendition>/iframes.m3u8`) when every segment's keyframe range is
+/// known, and `master.m3u8`.
 pub fn package_playlists(
     renditions: &[(String, Vec<SegmentSummary>)],
+    iframes: bool,
 ) -> Result<Vec<(String, String)>, String> {
-    let mut files = Vec::with_capacity(renditions.len() + 1);
+    let ranged = iframes
+        && renditions
+            .iter()
+            .all(|(_, segments)| segments.iter().all(|s| s.keyframe_bytes.is_some()));
+    let mut files = Vec::with_capacity(2 * renditions.len() + 1);
     let mut variants = Vec::with_capacity(renditions.len());
+    let mut iframe_variants = Vec::new();
     for (name, segments) in renditions {
         let timed = time_segments(segments).map_err(|e| format!("{name}: {e}"))?;
         let uri = format!("{name}/index.m3u8");
-        variants.push(Variant::measure(&uri, segments, &timed)?);
+        let variant = Variant::measure(&uri, segments, &timed)?;
         files.push((uri, media_playlist(&timed)));
+        if ranged {
+            let keyframes = keyframe_ranges(segments, &timed);
+            let uri = format!("{name}/{IFRAME_PLAYLIST}");
+            iframe_variants.push(IFrameVariant::measure(&uri, &variant, &keyframes));
+            files.push((uri, iframe_playlist(&keyframes)));
+        }
+        variants.push(variant);
     }
-    files.push(("master.m3u8".to_string(), master_playlist(&variants)));
+    files.push((
+        "master.m3u8".to_string(),
+        master_playlist(&variants, &iframe_variants),
+    ));
     Ok(files)
+}
+
+/// Each segment's keyframe range, timed as its segment: `bytes` is the
+/// range's length, from the segment's first byte. Every segment's
+/// `keyframe_bytes` is known.
+fn keyframe_ranges(segments: &[SegmentSummary], timed: &[Timed]) -> Vec<Timed> {
+    segments
+        .iter()
+        .zip(timed)
+        .map(|(segment, timed)| Timed {
+            bytes: segment.keyframe_bytes.unwrap_or(segment.bytes),
+            ..timed.clone()
+        })
+        .collect()
+}
+
+/// A rendition's I-frame playlist: each segment's keyframe, a byte range
+/// from its start (`EXT-X-BYTERANGE`, version 4), lasting until the next.
+pub fn iframe_playlist(keyframes: &[Timed]) -> String {
+    let mut text = format!(
+        "#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-TARGETDURATION:{}\n#EXT-X-MEDIA-SEQUENCE:0\n\
+         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-I-FRAMES-ONLY\n#EXT-X-INDEPENDENT-SEGMENTS\n",
+        target_duration(keyframes)
+    );
+    for keyframe in keyframes {
+        text.push_str(&format!(
+            "#EXTINF:{:.6},\n#EXT-X-BYTERANGE:{}@0\n{}\n",
+            keyframe.seconds(),
+            keyframe.bytes,
+            keyframe.name
+        ));
+    }
+    text.push_str("#EXT-X-ENDLIST\n");
+    text
 }
 
 /// One segment of a media playlist: its file name, size and timing.
@@ -262,13 +331,55 @@ impl Variant {
     }
 }
 
-/// The master playlist: `variants` in the order given.
-pub fn master_playlist(variants: &[Variant]) -> String {
+/// One `#EXT-X-I-FRAME-STREAM-INF` entry of the master playlist.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IFrameVariant {
+    /// The I-frame playlist, relative to the master.
+    pub uri: String,
+    /// Peak and average bit rates of the keyframe ranges over their
+    /// segments' durations: what fetching every I-frame costs.
+    pub bandwidth: u64,
+    pub average_bandwidth: u64,
+    /// The video codec alone: the ranges are played without sound.
+    pub codecs: String,
+    pub width: u32,
+    pub height: u32,
+}
+
+impl IFrameVariant {
+    /// The I-frame stream of `variant`'s rendition, from its keyframes.
+    pub fn measure(uri: &str, variant: &Variant, keyframes: &[Timed]) -> IFrameVariant {
+        let codecs = variant
+            .codecs
+            .split(',')
+            .filter(|codec| codec.starts_with("avc1."))
+            .collect::<Vec<_>>()
+            .join(",");
+        IFrameVariant {
+            uri: uri.to_string(),
+            bandwidth: peak_bit_rate(keyframes),
+            average_bandwidth: average_bit_rate(keyframes),
+            codecs,
+            width: variant.width,
+            height: variant.height,
+        }
+    }
+}
+
+/// The master playlist: `variants` in the order given, then the I-frame
+/// streams.
+pub fn master_playlist(variants: &[Variant], iframes: &[IFrameVariant]) -> String {
     let mut text = String::from("#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-INDEPENDENT-SEGMENTS\n");
     for v in variants {
         text.push_str(&format!(
             "#EXT-X-STREAM-INF:BANDWIDTH={},AVERAGE-BANDWIDTH={},CODECS=\"{}\",RESOLUTION={}x{},FRAME-RATE={:.3}\n{}\n",
             v.bandwidth, v.average_bandwidth, v.codecs, v.width, v.height, v.frame_rate, v.uri
+        ));
+    }
+    for v in iframes {
+        text.push_str(&format!(
+            "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH={},AVERAGE-BANDWIDTH={},CODECS=\"{}\",RESOLUTION={}x{},URI=\"{}\"\n",
+            v.bandwidth, v.average_bandwidth, v.codecs, v.width, v.height, v.uri
         ));
     }
     text
@@ -390,7 +501,7 @@ mod tests {
         assert_eq!(variant.bandwidth, 1_000_000);
         assert_eq!(variant.average_bandwidth, 800_000);
         assert_eq!(
-            master_playlist(&[variant]),
+            master_playlist(&[variant], &[]),
             "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-INDEPENDENT-SEGMENTS\n\
              #EXT-X-STREAM-INF:BANDWIDTH=1000000,AVERAGE-BANDWIDTH=800000,\
              CODECS=\"avc1.64001e,mp4a.40.2\",RESOLUTION=640x360,FRAME-RATE=25.000\n\
@@ -416,6 +527,7 @@ mod summary_tests {
             codecs: "avc1.64001e".into(),
             width: 640,
             height: 360,
+            keyframe_bytes: Some(564),
         };
         let all: Vec<SegmentSummary> = (0..4).map(|i| summary(i, i * 180_000)).collect();
         let text = serde_json::to_string(&all).unwrap();
@@ -425,10 +537,77 @@ mod summary_tests {
         // the playlists of the whole.
         let (left, right) = all.split_at(2);
         let joined: Vec<SegmentSummary> = left.iter().chain(right).cloned().collect();
-        let files = package_playlists(&[("360p".into(), joined)]).unwrap();
-        assert_eq!(files, package_playlists(&[("360p".into(), all)]).unwrap());
+        let files = package_playlists(&[("360p".into(), joined)], true).unwrap();
+        assert_eq!(
+            files,
+            package_playlists(&[("360p".into(), all.clone())], true).unwrap()
+        );
         assert_eq!(files[0].0, "360p/index.m3u8");
-        assert_eq!(files[1].0, "master.m3u8");
+        assert_eq!(files[1].0, "360p/iframes.m3u8");
+        assert_eq!(files[2].0, "master.m3u8");
         assert!(files[0].1.contains("#EXTINF:2.000000,\nseg-00003.ts"));
+    }
+
+    #[test]
+    fn each_rendition_gets_an_iframe_playlist_of_its_keyframe_ranges() {
+        let summary = |i: u64, bytes: u64| SegmentSummary {
+            name: format!("seg-{i:05}.ts"),
+            bytes: 100_000,
+            first_pts: 900_000 + i * 180_000,
+            last_pts: 900_000 + i * 180_000 + 49 * 3600,
+            frames: 50,
+            intervals: BTreeMap::from([(3600, 49)]),
+            opens_on_keyframe: true,
+            codecs: "avc1.64001e,mp4a.40.2".into(),
+            width: 640,
+            height: 360,
+            keyframe_bytes: Some(bytes),
+        };
+        let segments = vec![summary(0, 25_000), summary(1, 5_000)];
+        let files = package_playlists(&[("360p".into(), segments.clone())], true).unwrap();
+        let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["360p/index.m3u8", "360p/iframes.m3u8", "master.m3u8"]
+        );
+        assert_eq!(
+            files[1].1,
+            "#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-TARGETDURATION:2\n#EXT-X-MEDIA-SEQUENCE:0\n\
+             #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-I-FRAMES-ONLY\n#EXT-X-INDEPENDENT-SEGMENTS\n\
+             #EXTINF:2.000000,\n#EXT-X-BYTERANGE:25000@0\nseg-00000.ts\n\
+             #EXTINF:2.000000,\n#EXT-X-BYTERANGE:5000@0\nseg-00001.ts\n#EXT-X-ENDLIST\n"
+        );
+        // Peak: the richest 2 s keyframe (25,000 bytes in 2 s); average:
+        // 30,000 bytes in 4 s; the video codec alone.
+        assert!(files[2].1.ends_with(
+            "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH=100000,AVERAGE-BANDWIDTH=60000,\
+             CODECS=\"avc1.64001e\",RESOLUTION=640x360,URI=\"360p/iframes.m3u8\"\n"
+        ));
+
+        // Turned off, or a segment whose range is unknown (a chunk done by
+        // an older build): no I-frame playlist anywhere.
+        let off = package_playlists(&[("360p".into(), segments.clone())], false).unwrap();
+        let mut unknown = segments.clone();
+        unknown[1].keyframe_bytes = None;
+        let partial =
+            package_playlists(&[("720p".into(), segments), ("360p".into(), unknown)], true)
+                .unwrap();
+        for files in [off, partial] {
+            assert!(files
+                .iter()
+                .all(|(name, text)| !name.ends_with(IFRAME_PLAYLIST) && !text.contains("I-FRAME")));
+        }
+    }
+
+    #[test]
+    fn a_summary_written_before_keyframe_ranges_still_reads() {
+        let old = r#"{"name":"seg-00000.ts","bytes":1,"first_pts":0,"last_pts":3600,
+            "frames":2,"intervals":{"3600":1},"opens_on_keyframe":true,
+            "codecs":"avc1.64001e","width":640,"height":360}"#;
+        let summary: SegmentSummary = serde_json::from_str(old).unwrap();
+        assert_eq!(summary.keyframe_bytes, None);
+        assert!(!serde_json::to_string(&summary)
+            .unwrap()
+            .contains("keyframe_bytes"));
     }
 }

@@ -77,6 +77,12 @@ pub struct Segment {
     pub audio_pts: Option<u64>,
     /// ADTS frames in the segment.
     pub audio_frames: u64,
+    /// Where the first video access unit's last packet ends, when that
+    /// unit is an IDR picture: bytes `0..keyframe_end` hold the PAT, the
+    /// PMT and one keyframe, a stream of their own (an I-frame playlist's
+    /// byte range). Audio packets the muxer interleaved with the
+    /// keyframe's are inside it.
+    pub keyframe_end: Option<u64>,
 }
 
 impl Segment {
@@ -102,6 +108,11 @@ pub fn read_segment(bytes: &[u8]) -> Result<Segment, String> {
         bytes: bytes.len() as u64,
         ..Segment::default()
     };
+    // Video PES starts seen (video is known only once the PMT is read, so
+    // the tables come before the first), and where the first one's last
+    // packet ends.
+    let mut video_starts = 0u32;
+    let mut first_unit_end = 0u64;
     for (index, packet) in bytes.chunks(PACKET).enumerate() {
         if packet[0] != 0x47 {
             return Err(format!("packet {index} has no sync byte"));
@@ -125,6 +136,10 @@ pub fn read_segment(bytes: &[u8]) -> Result<Segment, String> {
         } else if kind == Some(STREAM_H264) {
             if start {
                 video.finish(|pes| take_video(pes, &mut segment))?;
+                video_starts += 1;
+            }
+            if video_starts == 1 {
+                first_unit_end = (index as u64 + 1) * PACKET as u64;
             }
             video.push(start, payload);
         } else if kind == Some(STREAM_AAC_ADTS) {
@@ -143,6 +158,9 @@ pub fn read_segment(bytes: &[u8]) -> Result<Segment, String> {
         return Err("no program map table".into());
     }
     segment.video_pts.sort_unstable();
+    if segment.starts_with_keyframe {
+        segment.keyframe_end = Some(first_unit_end);
+    }
     Ok(segment)
 }
 
@@ -584,8 +602,36 @@ mod tests {
         assert_eq!(segment.audio_pts, Some(126_000));
         assert_eq!(segment.bytes, 7 * 188);
 
+        // The keyframe's range: the tables and its one packet, not the
+        // frames after it.
+        assert_eq!(segment.keyframe_end, Some(3 * 188));
+
         let no_key = read_segment(&stream(&[0], false)).unwrap();
         assert!(!no_key.starts_with_keyframe);
+        assert_eq!(no_key.keyframe_end, None);
+    }
+
+    #[test]
+    fn a_keyframe_range_runs_to_its_units_last_packet_past_interleaved_audio() {
+        let mut ts = stream(&[], true);
+        // stream() with no frames: PAT, PMT, two audio packets.
+        assert_eq!(ts.len(), 4 * 188);
+        let mut es = vec![0, 0, 0, 1, 0x09, 0xF0, 0, 0, 0, 1];
+        es.extend_from_slice(SPS_1080);
+        es.extend([0, 0, 1, 0x65]);
+        es.extend(std::iter::repeat_n(0x88, 300));
+        let unit = pes(0xE0, 900_000, &es);
+        ts.extend(packet(0x100, true, &unit[..180]));
+        ts.extend(packet(0x101, true, &pes(0xC0, 130_000, &adts(2))));
+        ts.extend(packet(0x100, false, &unit[180..]));
+        ts.extend(packet(
+            0x100,
+            true,
+            &pes(0xE0, 903_000, &[0, 0, 1, 0x41, 0x88]),
+        ));
+        let segment = read_segment(&ts).unwrap();
+        assert!(segment.starts_with_keyframe);
+        assert_eq!(segment.keyframe_end, Some(7 * 188));
     }
 
     #[test]

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use image::DynamicImage;
 
-use super::ffmpeg::{run, Failure};
 use crate::step::StepError;
+use crate::steps::ffmpeg::piped::{run, Failure};
 
 /// The CRF libaom gets for a quality from 1 to 100.
 pub fn crf(quality: u8) -> u8 {

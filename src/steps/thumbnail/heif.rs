@@ -110,7 +110,7 @@ async fn tiles(
         * coded.tile_height as usize
         * planes.channels()
         * if deep { 2 } else { 1 };
-    super::ffmpeg::run(
+    crate::steps::ffmpeg::piped::run(
         ffmpeg,
         &ffmpeg_args(coded.codec, nclx, planes, deep),
         &std::env::temp_dir(),
@@ -120,10 +120,10 @@ async fn tiles(
     )
     .await
     .map_err(|e| match e {
-        super::ffmpeg::Failure::Output(why) => {
+        crate::steps::ffmpeg::piped::Failure::Output(why) => {
             StepError::Unprocessable(format!("undecodable image: {why}"))
         }
-        super::ffmpeg::Failure::Step(e) => e,
+        crate::steps::ffmpeg::piped::Failure::Step(e) => e,
     })
 }
 

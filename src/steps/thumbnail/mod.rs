@@ -41,7 +41,6 @@ mod avif;
 mod colour;
 mod decode;
 mod encode;
-mod ffmpeg;
 mod heif;
 mod resize16;
 

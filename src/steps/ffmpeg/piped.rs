@@ -1,8 +1,8 @@
-//! ffmpeg for the image formats `image` cannot read or write (HEIC and
-//! AVIF tiles in, AVIF out): the pinned build hls-package runs, started as
-//! hls-package starts it (`ffmpeg::spawn_ffmpeg`: a cleared environment,
-//! killed with its job), its input on a pipe, stopped before the
-//! invocation's deadline.
+//! ffmpeg on pipes: its input on stdin, a known amount of output read
+//! from stdout (HEIC and AVIF tiles in, AVIF out for `thumbnail`; a
+//! package's keyframes in, storyboard tiles out), started as hls-package
+//! starts it ([`super::spawn_ffmpeg`]: a cleared environment, killed with
+//! its job), stopped before the invocation's deadline.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::{spawn_ffmpeg, STOP_BEFORE_DEADLINE};
 use crate::step::StepError;
-use crate::steps::ffmpeg::{spawn_ffmpeg, STOP_BEFORE_DEADLINE};
 
 /// Why a run gave nothing usable.
 pub enum Failure {

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
+pub mod piped;
+
 use super::movie_error;
 use crate::bmff;
 use crate::step::{StepContext, StepError};
