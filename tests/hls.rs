@@ -432,7 +432,7 @@ async fn ffmpeg_gets_no_credentials_and_reads_only_the_local_movie() {
     names.sort_unstable();
     assert_eq!(
         names,
-        ["LANG", "PATH", "TMPDIR"],
+        ["GCONV_PATH", "LANG", "PATH", "TMPDIR"],
         "{environ} (parent had {secrets:?})"
     );
     assert!(environ.contains("LANG=C\n"), "{environ}");

@@ -165,6 +165,49 @@ impl JobInput {
         Ok(self.bytes().await?.to_vec())
     }
 
+    /// Reads the file at `relative` beside the input (in the input's
+    /// "directory": `derived/<key>/360p/seg-00000.ts` beside
+    /// `derived/<key>/package.json`), whole, and checks it has the `size`
+    /// and SHA-256 (hex) that the input names for it: a step chained to an
+    /// index reads nothing its key does not cover. A file missing or
+    /// other than named fails the read as a replaced input does: retried,
+    /// and the job not finished whatever the step makes of the error.
+    pub async fn read_beside(
+        &self,
+        relative: &str,
+        size: u64,
+        sha256: &str,
+    ) -> Result<Vec<u8>, StepError> {
+        let input = self.object();
+        let dir = input.key.rfind('/').map_or("", |at| &input.key[..=at]);
+        let beside = ObjectRef {
+            bucket: input.bucket.clone(),
+            key: format!("{dir}{relative}"),
+            version_id: None,
+            if_match: None,
+        };
+        let body = self.bytes.store().get(&beside).await.map_err(|err| {
+            self.replaced.store(true, Ordering::SeqCst);
+            StepError::Input(format!("{beside}, beside the input: {err}"))
+        })?;
+        let bytes = body
+            .collect()
+            .await
+            .map_err(|e| StepError::Input(format!("{beside}: {e}")))?
+            .into_bytes()
+            .to_vec();
+        let actual = crate::key::sha256_hex(&bytes);
+        if bytes.len() as u64 != size || actual != sha256 {
+            self.replaced.store(true, Ordering::SeqCst);
+            return Err(StepError::Input(format!(
+                "{beside} holds {} bytes hashing to {actual}, not the {size} bytes hashing to \
+                 {sha256} the input names",
+                bytes.len()
+            )));
+        }
+        Ok(bytes)
+    }
+
     /// Puts the input in a local file (for tools that need a seekable
     /// file), returning its size: a hard link to the record's copy when it
     /// is a file on the same file system, else a copy.

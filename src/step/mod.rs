@@ -25,9 +25,11 @@ pub use input::JobInput;
 pub use local::Keep;
 pub(crate) use local::ObjectBytes;
 pub(crate) use outputs::hash_file;
-pub use outputs::{
-    content_type, output_headers, CopyIn, JobOutputs, Manifest, OutputFile, IMMUTABLE, MANIFEST_NAME,
-};
+pub use outputs::{content_type, CopyIn, JobOutputs, Manifest, OutputFile, MANIFEST_NAME};
+// The headers every output is served with: the handler writes them
+// through `JobOutputs`; the tests check them.
+#[allow(unused_imports)]
+pub use outputs::{output_headers, IMMUTABLE};
 
 /// Why a step failed. The message is stored in the job row.
 #[derive(Debug, thiserror::Error)]

@@ -270,6 +270,7 @@ pub fn content_type(name: &str) -> &'static str {
         Some("webp") => "image/webp",
         Some("avif") => "image/avif",
         Some("json") => "application/json",
+        Some("vtt") => "text/vtt",
         _ => "application/octet-stream",
     }
 }
@@ -294,6 +295,7 @@ mod tests {
         assert_eq!(content_type("720p/seg-00000.ts"), "video/mp2t");
         assert_eq!(content_type("thumb-320.jpg"), "image/jpeg");
         assert_eq!(content_type("probe.json"), "application/json");
+        assert_eq!(content_type("storyboard.vtt"), "text/vtt");
         assert_eq!(content_type("blob"), "application/octet-stream");
     }
 }

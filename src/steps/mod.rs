@@ -10,6 +10,7 @@ pub mod ffmpeg;
 pub mod hls;
 pub mod poster;
 pub mod probe;
+pub mod storyboard;
 pub mod thumbnail;
 
 /// Steps by name.
@@ -25,8 +26,8 @@ impl StepRegistry {
     }
 
     /// The built-in steps, set up from `lookup` (the environment, or a map
-    /// in tests): `thumbnail` with `MEDIAONCE_MAX_PIXELS`, `hls-package` with
-    /// `MEDIAONCE_FFMPEG`.
+    /// in tests): `thumbnail` with `MEDIAONCE_MAX_PIXELS`, the movie steps
+    /// with `MEDIAONCE_FFMPEG`.
     pub fn builtin_from(lookup: impl Fn(&str) -> Option<String>) -> Self {
         let mut registry = StepRegistry::default();
         registry.register(probe::Probe);
@@ -36,6 +37,7 @@ impl StepRegistry {
             &lookup,
         )));
         registry.register(poster::Poster::from_lookup(&lookup));
+        registry.register(storyboard::Storyboard::from_lookup(&lookup));
         registry
     }
 
@@ -80,7 +82,14 @@ mod tests {
     fn the_builtin_steps() {
         assert_eq!(
             StepRegistry::builtin().names(),
-            vec!["hls-chunk", "hls-package", "poster", "probe", "thumbnail"]
+            vec![
+                "hls-chunk",
+                "hls-package",
+                "poster",
+                "probe",
+                "storyboard",
+                "thumbnail"
+            ]
         );
     }
 }

@@ -37,7 +37,11 @@ pub fn ffmpeg_from(lookup: impl Fn(&str) -> Option<String>) -> PathBuf {
 /// The environment ffmpeg gets: nothing of the function's (its AWS
 /// credentials above all, which an input-driven file read of
 /// `/proc/self/environ` would otherwise expose), only a `PATH`, the job's
-/// scratch directory as `TMPDIR`, and the C locale.
+/// scratch directory as `TMPDIR`, the C locale, and a `GCONV_PATH` that
+/// leads nowhere: the static ffmpeg's MPEG-TS demuxer converts DVB text
+/// with its static glibc's iconv, which loads the system's gconv modules
+/// and crashes in them (SIGSEGV, seen reading the package's own segments
+/// for a storyboard); with none found it falls back to its own.
 pub fn ffmpeg_env(scratch: &Path) -> Vec<(&'static str, std::ffi::OsString)> {
     vec![
         (
@@ -46,6 +50,7 @@ pub fn ffmpeg_env(scratch: &Path) -> Vec<(&'static str, std::ffi::OsString)> {
         ),
         ("TMPDIR", scratch.as_os_str().to_owned()),
         ("LANG", "C".into()),
+        ("GCONV_PATH", "/nonexistent".into()),
     ]
 }
 
