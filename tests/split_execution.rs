@@ -268,6 +268,15 @@ async fn a_split_runs_as_an_execution_and_every_upload_of_the_bytes_gets_its_eve
         .filter(|(name, _)| name != "_manifest.json")
         .collect();
     assert!(whole.contains_key("master.m3u8"), "{:?}", whole.keys());
+    // Its I-frame playlists and its index too: a storyboard is keyed by
+    // the index's bytes, so a split video's storyboard is the same job,
+    // with the same outputs, as an unsplit one's.
+    assert!(whole.contains_key("package.json"), "{:?}", whole.keys());
+    assert!(
+        whole.keys().any(|name| name.ends_with("/iframes.m3u8")),
+        "{:?}",
+        whole.keys()
+    );
     for (name, bytes) in &whole {
         assert_eq!(
             package.get(name),
