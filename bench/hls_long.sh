@@ -31,19 +31,9 @@ export MEDIAONCE_FFMPEG=$ffmpeg
 cargo build --release --example hls_package >&2
 ours=target/release/examples/hls_package
 
-# The clip: testsrc2's moving pattern at 1080p30 with a tone, as a camera
-# writes it (x264, a keyframe every 2 s, AAC); noisy adds temporal grain.
-filter=null
-[ "$content" = noisy ] && filter="noise=alls=12:allf=t+u"
-clip=$work/clip-$content-${seconds}s.mp4
-if [ ! -f "$clip" ]; then
-  "$ffmpeg" -hide_banner -loglevel error -y \
-    -f lavfi -i "testsrc2=size=1920x1080:rate=30:duration=$seconds" \
-    -f lavfi -i "sine=frequency=440:sample_rate=48000:duration=$seconds" \
-    -vf "$filter" -c:v libx264 -preset ultrafast -crf 18 -g 60 -pix_fmt yuv420p \
-    -c:a aac -b:a 128k -ac 2 "$clip.partial.mp4"
-  mv "$clip.partial.mp4" "$clip"
-fi
+# The clip (bench/clip.sh): testsrc2 at 1080p30 with a tone.
+. bench/clip.sh
+clip=$(bench_clip "$work" "$seconds" "$content")
 params='{"ladder":[1080,720,360]}'
 echo "$content 1080p30 clip of ${seconds} s ($(stat -c %s "$clip") bytes); $(nproc) cores, $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 

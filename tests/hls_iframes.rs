@@ -12,39 +12,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use common::media::{clip, ffmpeg};
+use common::media::{clock_clip, ffmpeg};
 use common::ts::read_segment;
 use common::{Options, Pipeline};
 use mediaonce::handler::Outcome;
 use mediaonce::step::IMMUTABLE;
-
-/// 7 s of ffmpeg's `testsrc2` (a moving picture with a clock) and a tone,
-/// 640x360 at 25 fps: four 2 s segments, the last one short.
-fn clock_clip() -> std::path::PathBuf {
-    clip(
-        "iframes-testsrc2-7s.mp4",
-        &[
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc2=size=640x360:rate=25:duration=7",
-            "-f",
-            "lavfi",
-            "-i",
-            "sine=frequency=440:sample_rate=48000:duration=7",
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-pix_fmt",
-            "yuv420p",
-            "-c:a",
-            "aac",
-            "-b:a",
-            "96k",
-        ],
-    )
-}
 
 /// One tag's attributes as RFC 8216bis 4.2 writes them, checked: names of
 /// `[A-Z0-9-]`, none twice, each value a quoted string, a decimal

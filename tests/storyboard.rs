@@ -12,36 +12,10 @@ mod ssim;
 
 use std::process::Command;
 
-use common::media::{clip, ffmpeg, upright_phone_clip};
+use common::media::{clock_clip, ffmpeg, upright_phone_clip};
 use common::{Options, Pipeline};
 use mediaonce::handler::{JobReport, Outcome};
 use mediaonce::step::{Manifest, IMMUTABLE};
-
-/// 7 s of testsrc2 (a moving picture with a clock) and a tone, 640x360 at
-/// 25 fps.
-fn clock_clip() -> std::path::PathBuf {
-    clip(
-        "storyboard-testsrc2-7s.mp4",
-        &[
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc2=size=640x360:rate=25:duration=7",
-            "-f",
-            "lavfi",
-            "-i",
-            "sine=frequency=440:sample_rate=48000:duration=7",
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-pix_fmt",
-            "yuv420p",
-            "-c:a",
-            "aac",
-        ],
-    )
-}
 
 /// An HLS package of 2 s segments and a storyboard chained to its index
 /// for each of `storyboards` (params).

@@ -88,6 +88,35 @@ pub fn av_clip(name: &str, size: &str, rate: u32, seconds: u32, extra: &[&str]) 
     clip(name, &args)
 }
 
+/// 7 s of ffmpeg's `testsrc2` (a moving picture with a clock) and a tone,
+/// 640x360 at 25 fps, H.264 and AAC: at 2 s segments, three whole and a
+/// short last one.
+pub fn clock_clip() -> PathBuf {
+    clip(
+        "testsrc2-clock-7s.mp4",
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc2=size=640x360:rate=25:duration=7",
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=frequency=440:sample_rate=48000:duration=7",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-pix_fmt",
+            "yuv420p",
+            "-c:a",
+            "aac",
+            "-b:a",
+            "96k",
+        ],
+    )
+}
+
 /// A clip of picture and sound shown rotated: coded 320x240, with the track
 /// matrix of a phone held upright (a=0 b=1 c=-1 d=0, as iPhones write it;
 /// 90° clockwise on screen, so shown 240x320). ffmpeg 7 writes that matrix
