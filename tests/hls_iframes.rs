@@ -157,6 +157,37 @@ fn read_iframe_playlist(text: &str) -> Vec<(f64, u64, u64, String)> {
     entries
 }
 
+/// Whether `range` bytes of `segment` end exactly where its first video
+/// access unit does: the range's last packet is video, and the next
+/// video packet after it starts a new PES (a range a packet short or
+/// long is neither). The video PID is the one whose PES starts carry
+/// stream id 0xE0.
+fn ends_with_first_unit(segment: &[u8], range: usize) -> bool {
+    let packets: Vec<&[u8]> = segment.chunks(188).collect();
+    let pid = |p: &[u8]| (u16::from(p[1] & 0x1F) << 8) | u16::from(p[2]);
+    let starts = |p: &[u8]| p[1] & 0x40 != 0;
+    fn payload(p: &[u8]) -> &[u8] {
+        let at = if p[3] & 0x20 != 0 {
+            5 + p[4] as usize
+        } else {
+            4
+        };
+        &p[at.min(188)..]
+    }
+    let Some(video) = packets
+        .iter()
+        .find(|p| starts(p) && payload(p).starts_with(&[0, 0, 1, 0xE0]))
+        .map(|p| pid(p))
+    else {
+        return false;
+    };
+    let last_inside = packets[..range / 188]
+        .last()
+        .is_some_and(|p| pid(p) == video);
+    let next_video = packets[range / 188..].iter().find(|p| pid(p) == video);
+    last_inside && next_video.is_none_or(|p| starts(p))
+}
+
 /// video.js' m3u8-parser's reading of `path`: its manifest, and no
 /// warning.
 fn m3u8_parser(path: &Path) -> serde_json::Value {
@@ -286,6 +317,11 @@ async fn a_package_lists_iframe_playlists_whose_ranges_are_one_keyframe_each() {
                 "{name}: {length} of {} bytes",
                 segment.len()
             );
+            assert!(
+                ends_with_first_unit(segment, *length as usize),
+                "{name}: {length} bytes is not its first access unit's end"
+            );
+            assert!(!ends_with_first_unit(segment, *length as usize - 188));
             let cut = scratch.join(format!("{rendition}-range-{i}.ts"));
             std::fs::write(&cut, &segment[..*length as usize]).unwrap();
             let pictures = decoded_pictures(&cut);
