@@ -126,8 +126,24 @@ impl PackageIndex {
     pub fn parse(bytes: &[u8]) -> Result<PackageIndex, String> {
         let index: PackageIndex =
             serde_json::from_slice(bytes).map_err(|e| format!("{PACKAGE_INDEX}: {e}"))?;
+        // Names are read beside the index: plain names, never a path out
+        // of the package.
+        let plain = |name: &str| {
+            !name.is_empty()
+                && name != "."
+                && name != ".."
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        };
         for rendition in &index.renditions {
             let name = &rendition.name;
+            if let Some(bad) = std::iter::once(name)
+                .chain(rendition.segments.iter().map(|s| &s.name))
+                .find(|n| !plain(n))
+            {
+                return Err(format!("{PACKAGE_INDEX}: {bad:?} is not a plain file name"));
+            }
             if rendition.segments.is_empty() {
                 return Err(format!("{PACKAGE_INDEX}: {name} has no segments"));
             }
@@ -220,6 +236,15 @@ mod tests {
                 "a has no segments",
             ),
             ("{\"renditions\":[],\"extra\":1}", "unknown field `extra`"),
+            (
+                "{\"renditions\":[{\"name\":\"..\",\"width\":1,\"height\":1,\"segments\":[]}]}",
+                "\"..\" is not a plain file name",
+            ),
+            (
+                "{\"renditions\":[{\"name\":\"a\",\"width\":1,\"height\":1,\"segments\":\
+                 [{\"name\":\"../b/x.ts\",\"bytes\":1,\"sha256\":\"0\",\"start\":0,\"duration\":1}]}]}",
+                "\"../b/x.ts\" is not a plain file name",
+            ),
         ] {
             let err = PackageIndex::parse(text.as_bytes()).unwrap_err();
             assert!(err.contains(problem), "{text}: {err}");
