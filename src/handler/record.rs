@@ -228,6 +228,7 @@ async fn process_removed(
             return None;
         }
         EventKind::DeleteMarker => reconcile_every_version(app, version).await,
+        _ if app.config.release_on_delete_marker => removed_releasing_on_markers(app, version).await,
         _ => reconcile_version(app, version, None, Start::Unknown)
             .await
             .map(|done| done.released)
@@ -602,6 +603,33 @@ async fn null_version_removed(app: &App, marker: &VersionName) -> Result<Vec<Str
         .released;
     if app.config.release_on_delete_marker {
         released.extend(reconcile_every_version(app, marker).await?);
+    }
+    Ok(released)
+}
+
+/// A version removed for good under `MEDIAONCE_RELEASE_ON_DELETE_MARKER`:
+/// reconciled, and when its removal leaves a delete marker the key's
+/// current entry, every listed version too. Deleting the newest version
+/// can bring an older marker back to the top, and S3 sends no event for
+/// that. A version the marker's own event kept, because the two were
+/// written in the same second (`hidden_by_marker`), is hidden beyond
+/// doubt now and is released (LIFECYCLE_SEED=12704185757626185339 left
+/// its reference for good). Returns the jobs released.
+async fn removed_releasing_on_markers(
+    app: &App,
+    version: &VersionName,
+) -> Result<Vec<String>, String> {
+    let mut released = reconcile_version(app, version, None, Start::Unknown)
+        .await
+        .map_err(|err| err.to_string())?
+        .released;
+    let history = app
+        .store
+        .history_of(&version.bucket, &version.key)
+        .await
+        .map_err(|e| e.to_string())?;
+    if history.iter().any(|e| e.delete_marker && e.is_latest) {
+        released.extend(reconcile_every_version(app, version).await?);
     }
     Ok(released)
 }
