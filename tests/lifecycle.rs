@@ -397,12 +397,6 @@ impl Soak {
             .send()
             .await
             .expect("delete");
-        if std::env::var_os("LIFECYCLE_TRACE").is_some() {
-            eprintln!(
-                "TRACE op delete {} {:?} marker={marker}",
-                version.key, version.version_id
-            );
-        }
         if !marker {
             self.versions[index].exists = false;
         } else if self.mode == Mode::ReleasingOnMarkers {
