@@ -15,8 +15,8 @@ WITH_FFMPEG = export MEDIAONCE_FFMPEG="$${MEDIAONCE_FFMPEG:-$$($(EMULATORS) ffmp
 .PHONY: test demo lint lambda media-tools reference-tools emulators emulators-stop clean-emulators
 
 ## test: start the emulators (if they are not up), install the reference
-## tools (libvips, ImageMagick, cjpeg, Node.js and tests/js's m3u8-parser)
-## if missing, and run every test, every test binary even when one fails;
+## tools (libvips, ImageMagick, cjpeg, Node.js, Chromium and tests/js's
+## locked packages) if missing, and run every test, every test binary even when one fails;
 ## the chaos soak (SOAK_UPLOADS, default 500) runs, then the template's
 ## serving check (CORS on LocalStack's S3, the optional distribution)
 test: emulators reference-tools

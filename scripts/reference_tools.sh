@@ -2,10 +2,11 @@
 # Installs the reference tools the tests hold outputs to, when they are
 # missing: from Debian, libvips' vipsthumbnail (libvips-tools), ImageMagick
 # 6 (/usr/bin/convert) and libjpeg-turbo's cjpeg (libjpeg-turbo-progs) for
-# the thumbnail's differential test, and Node.js with npm; from the npm
-# registry, tests/js's locked packages (video.js' m3u8-parser, which
-# tests/hls_iframes.rs parses the playlists with). `make test` runs it
-# first.
+# the thumbnail's differential test, Node.js with npm, and Chromium; from
+# the npm registry, tests/js's locked packages (video.js' m3u8-parser,
+# which tests/hls_iframes.rs parses the playlists with; hls.js and
+# playwright-core, with which tests/player.rs plays a package in that
+# Chromium). `make test` runs it first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -14,6 +15,7 @@ command -v vipsthumbnail >/dev/null || need+=(libvips-tools)
 command -v cjpeg >/dev/null || need+=(libjpeg-turbo-progs)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
+[ -x /usr/bin/chromium ] || need+=(chromium)
 npm_packages() {
   # Again only when the lock is newer than the last install.
   if [ ! tests/js/node_modules/.package-lock.json -nt tests/js/package-lock.json ]; then

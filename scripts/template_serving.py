@@ -59,6 +59,11 @@ def check_template(t):
     rule = rules["CorsRules"][0]
     check(rule["AllowedOrigins"] == {"Ref": "CorsAllowedOrigins"}, "CORS origins not the parameter")
     check(sorted(rule["AllowedMethods"]) == ["GET", "HEAD"], "CORS allows more than reads")
+    # tests/player.rs plays a package in Chromium through this rule, as written here.
+    check(rule["AllowedHeaders"] == ["Range"], "CORS headers are not Range alone")
+    check(rule["ExposedHeaders"] == ["Content-Length", "Content-Range", "ETag"],
+          "CORS exposes other headers than tests/player.rs plays with")
+    check(rule["MaxAge"] == 86400, "CORS preflights are cached another time")
 
     for name in ["OutputDistribution", "OutputOriginAccessControl", "OutputBucketPolicy"]:
         check(resources[name].get("Condition") == "CreatesDistribution", f"{name} is not optional")
