@@ -1098,6 +1098,22 @@ async fn object_contract(client: impl ObjectClient, bucket: &str) {
         .await
         .unwrap()
         .is_none());
+    // A source that does not exist: NotFound, nothing written.
+    let missing = client
+        .copy_object(
+            &object(bucket, "copies/no-such-source.bin", None),
+            bucket,
+            "copies/from-nothing.bin",
+            output_headers("a.bin"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(missing.kind, ErrorKind::NotFound, "{missing}");
+    assert!(client
+        .head_object(&object(bucket, "copies/from-nothing.bin", None))
+        .await
+        .unwrap()
+        .is_none());
 }
 
 #[tokio::test]

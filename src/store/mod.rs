@@ -192,9 +192,9 @@ pub trait ObjectClient: Send + Sync + std::fmt::Debug {
     /// `x-amz-copy-source-if-match`) to `bucket`/`key`, server-side, with
     /// `headers` in place of the source's (`MetadataDirective=REPLACE`);
     /// replaces any earlier object at the key. By default (a client of
-    /// one's own that has no copy), a HEAD, a GET and a PUT through this
-    /// client, the object held in memory between them (a PUT to S3 needs
-    /// a body of known size).
+    /// one's own that has no copy), a GET and a PUT through this client,
+    /// the object held in memory between them (a PUT to S3 needs a body of
+    /// known size).
     async fn copy_object(
         &self,
         from: &ObjectRef,
@@ -208,10 +208,6 @@ pub trait ObjectClient: Send + Sync + std::fmt::Debug {
             message: format!("copying {from}: {message}"),
             kind,
         };
-        self.head_object(from)
-            .await
-            .map_err(|e| failed(e.message, e.kind))?
-            .ok_or_else(|| failed("NoSuchKey".into(), ErrorKind::NotFound))?;
         let body = self
             .get_object(from)
             .await
