@@ -51,7 +51,7 @@ aligned_out=$(cat "$work/aligned.out")
 
 # The upload-chained alternative, at the default board's cues.
 cues=$(python3 -c "import json; print(json.loads('''$board_out''')['cues'])")
-interval=$(python3 -c "import math; d=$seconds*1000; print(min(max(math.ceil(math.ceil(d/50)/1000),1),18))")
+interval=$(python3 -c "import json; print(int(json.loads('''$board_out''')['interval']))")
 cat > "$work/seeks.sh" <<SH
 for ((i = 0; i < $cues; i++)); do
   "$ffmpeg" -hide_banner -loglevel error -nostdin -ss \$((i * $interval)) -i "$clip" \

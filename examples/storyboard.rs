@@ -9,7 +9,7 @@
 //! runs it: the segments it needs read beside the index and checked,
 //! ffmpeg (`MEDIAONCE_FFMPEG`, PATH) decoding its pieces. Writes the
 //! sheets and `storyboard.vtt` into OUT_DIR and prints one JSON line: the
-//! cues, sheets and bytes written.
+//! interval the step chose (seconds), the cues, sheets and bytes written.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -18,7 +18,8 @@ use mediaonce::fingerprint::fingerprint;
 use mediaonce::key::Recipe;
 use mediaonce::lease::SystemClock;
 use mediaonce::step::{JobInput, JobOutputs, Step, StepContext};
-use mediaonce::steps::storyboard::Storyboard;
+use mediaonce::steps::hls::index::PackageIndex;
+use mediaonce::steps::storyboard::{Board, Storyboard};
 use mediaonce::store::memory::InMemoryObjects;
 use mediaonce::store::{ObjectRef, ObjectStore};
 
@@ -83,6 +84,10 @@ async fn run(package: &Path, out: &Path, params: &str) -> Result<String, String>
     .map_err(|e| e.to_string())?;
     let step = Storyboard::from_lookup(|name| std::env::var(name).ok());
     let parsed = step.params(&recipe.params)?;
+    let index_bytes = objects
+        .bytes("out", "pkg/package.json")
+        .ok_or("the package has no package.json")?;
+    let interval_ms = Board::plan(&PackageIndex::parse(&index_bytes)?, &parsed).interval_ms;
     let context = StepContext {
         job_key: "bench",
         recipe: &recipe,
@@ -107,6 +112,7 @@ async fn run(package: &Path, out: &Path, params: &str) -> Result<String, String>
     }
     let vtt = std::fs::read_to_string(out.join("storyboard.vtt")).map_err(|e| e.to_string())?;
     Ok(serde_json::json!({
+        "interval": interval_ms as f64 / 1000.0,
         "cues": vtt.matches(" --> ").count(),
         "sheets": sheets,
         "bytes": bytes,

@@ -54,7 +54,7 @@ pub(super) async fn join(app: &App, task: &SplitTask) -> Result<Answer, String> 
         }
     }
     let claim = claim_of(&row);
-    let written = write_package(app, &row, task.job.recipe.clone(), &done).await;
+    let written = write_package(app, &row, task.job.recipe.clone(), &package, &done).await;
     let failure = match written {
         Ok(()) => None,
         // Retried by the definition; the row stays this execution's.
@@ -79,10 +79,13 @@ pub(super) async fn join(app: &App, task: &SplitTask) -> Result<Answer, String> 
 
 /// The chunks' segments copied into the job's prefix, its playlists
 /// and its manifest written: what one run of the whole input writes.
+/// `recipe` is the execution's, as the manifest records it; `package`
+/// the same, parsed.
 pub(in crate::handler) async fn write_package(
 app: &App,
 parent: &JobRow,
 recipe: serde_json::Value,
+package: &Recipe,
 chunks: &[&JobRow],
 ) -> Result<(), StepError> {
     let located = |row: &JobRow| {
@@ -127,9 +130,7 @@ chunks: &[&JobRow],
         .try_collect()
         .await?;
     // The recipe as the execution carries it, as the chunks were run.
-    let iframes = Recipe::from_value(&recipe)
-        .map_err(|e| e.to_string())
-        .and_then(|package| HlsParams::from_params(&package.params))
+    let iframes = HlsParams::from_params(&package.params)
         .map_err(|e| StepError::Unprocessable(format!("the execution's recipe: {e}")))?
         .iframes;
     let plan = plan_join(&read, iframes).map_err(StepError::Unprocessable)?;

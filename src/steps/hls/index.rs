@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::playlist::{time_segments, SegmentSummary};
+use super::playlist::{package_playlists, time_segments, SegmentSummary};
 
 /// The index's file name in the package.
 pub const PACKAGE_INDEX: &str = "package.json";
@@ -59,6 +59,22 @@ pub struct IndexedSegment {
     /// when measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keyframe_bytes: Option<u64>,
+}
+
+/// Every text file of a package, `(path, text)`: its playlists
+/// ([`package_playlists`], with `iframes` its I-frame playlists) and its
+/// index, from its renditions' segment summaries and each segment's
+/// SHA-256 by its path. One run of the whole input and a join of chunks
+/// write them both through here.
+pub fn package_texts(
+    renditions: &[(String, Vec<SegmentSummary>)],
+    sha256: &BTreeMap<String, String>,
+    iframes: bool,
+) -> Result<Vec<(String, String)>, String> {
+    let mut files = package_playlists(renditions, iframes)?;
+    let index = PackageIndex::of(renditions, sha256)?;
+    files.push((PACKAGE_INDEX.to_string(), index.to_text()));
+    Ok(files)
 }
 
 impl IndexedRendition {

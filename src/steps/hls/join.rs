@@ -7,8 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::chunk_job::ChunkSegments;
-use super::index::{PackageIndex, PACKAGE_INDEX};
-use super::playlist::{package_playlists, SegmentSummary};
+use super::index::package_texts;
+use super::playlist::SegmentSummary;
 use crate::step::{CopyIn, Manifest};
 
 /// One done chunk's outputs, as read.
@@ -90,9 +90,7 @@ pub fn plan_join(chunks: &[ChunkOutputs], iframes: bool) -> Result<JoinPlan, Str
             }
         }
     }
-    let mut playlists = package_playlists(&renditions, iframes)?;
-    let index = PackageIndex::of(&renditions, &sha256)?;
-    playlists.push((PACKAGE_INDEX.to_string(), index.to_text()));
+    let playlists = package_texts(&renditions, &sha256, iframes)?;
     Ok(JoinPlan { copies, playlists })
 }
 
@@ -101,6 +99,7 @@ mod tests {
     use super::*;
     use crate::step::OutputFile;
     use crate::steps::hls::chunk_job::RenditionSegments;
+    use crate::steps::hls::index::PackageIndex;
 
     fn summary(name: &str, first_pts: u64, frames: u64) -> SegmentSummary {
         SegmentSummary {

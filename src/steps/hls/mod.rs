@@ -538,10 +538,7 @@ pub fn write_playlists(
 ) -> Result<(), StepError> {
     let failed = |what: String| StepError::Failed(format!("hls-package: {what}"));
     let (summaries, sha256) = measure_segments(out_dir, renditions)?;
-    let mut files = playlist::package_playlists(&summaries, iframes).map_err(failed)?;
-    let index = index::PackageIndex::of(&summaries, &sha256).map_err(failed)?;
-    files.push((index::PACKAGE_INDEX.to_string(), index.to_text()));
-    for (path, text) in files {
+    for (path, text) in index::package_texts(&summaries, &sha256, iframes).map_err(failed)? {
         std::fs::write(out_dir.join(&path), text)
             .map_err(|e| failed(format!("writing {path}: {e}")))?;
     }

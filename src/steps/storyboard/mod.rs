@@ -39,6 +39,7 @@ use crate::steps::ffmpeg::piped::{run, Failure};
 use crate::steps::ffmpeg::{ffmpeg_from, time_left, STOP_BEFORE_DEADLINE};
 use crate::steps::hls::index::{IndexedSegment, PackageIndex};
 use crate::steps::hls::ts;
+use crate::steps::thumbnail::{self, Encoding, Format};
 
 /// The largest index read: a 24-hour package at 1 s segments in four
 /// renditions is under 40 MB.
@@ -122,17 +123,14 @@ impl Step for Storyboard {
             .find(|r| r.name == board.rendition)
             .expect("the board's rendition is the index's");
 
-        // The cues by the segment they fall in, in order.
-        let mut by_segment: BTreeMap<usize, (IndexedSegment, Vec<u64>)> = BTreeMap::new();
+        // The cues by the segment they fall in (by its start), in order.
+        let mut by_segment: BTreeMap<u64, (IndexedSegment, Vec<u64>)> = BTreeMap::new();
         for cue in &board.cues {
             let pts = board.cue_pts(cue);
-            let place = rendition
-                .segments
-                .partition_point(|s| s.start <= pts)
-                .saturating_sub(1);
+            let segment = rendition.segment_at(pts).expect("a rendition has segments");
             by_segment
-                .entry(place)
-                .or_insert_with(|| (rendition.segments[place].clone(), Vec::new()))
+                .entry(segment.start)
+                .or_insert_with(|| (segment.clone(), Vec::new()))
                 .1
                 .push(pts);
         }
@@ -190,7 +188,7 @@ impl Step for Storyboard {
                 .expect("a whole tile");
                 image::imageops::replace(&mut canvas, &tile, cue.x.into(), cue.y.into());
             }
-            let bytes = encode(&canvas, params)?;
+            let bytes = encode(canvas, params)?;
             outputs
                 .put_bytes(&sheet.name, content_type(&sheet.name), bytes)
                 .await?;
@@ -291,24 +289,18 @@ pub fn ffmpeg_args(frames: &[u64], width: u32, height: u32) -> Vec<String> {
     .collect()
 }
 
-/// A sheet, encoded as the params say.
-fn encode(canvas: &image::RgbImage, params: &StoryboardParams) -> Result<Vec<u8>, StepError> {
-    let (width, height) = canvas.dimensions();
-    match params.format {
-        SheetFormat::Jpeg => {
-            let size = (
-                u16::try_from(width).expect("sheets are bounded by the params"),
-                u16::try_from(height).map_err(|_| {
-                    StepError::Failed(format!("a {width}x{height} sheet is too tall"))
-                })?,
-            );
-            mediaonce_jpeg::write::rgb(canvas.as_raw(), size, params.quality, false)
-                .map_err(|e| StepError::Failed(format!("encoding a sheet: {e}")))
-        }
-        SheetFormat::Webp => Ok(webp::Encoder::from_rgb(canvas.as_raw(), width, height)
-            .encode(params.quality as f32)
-            .to_vec()),
-    }
+/// A sheet, encoded as the params say, by the encoder thumbnails use.
+fn encode(canvas: image::RgbImage, params: &StoryboardParams) -> Result<Vec<u8>, StepError> {
+    let format = match params.format {
+        SheetFormat::Jpeg => Format::Jpeg,
+        SheetFormat::Webp => Format::Webp,
+    };
+    let encoding = Encoding {
+        format,
+        quality: params.quality,
+        progressive: false,
+    };
+    thumbnail::encode(&image::DynamicImage::ImageRgb8(canvas), encoding)
 }
 
 #[cfg(test)]
