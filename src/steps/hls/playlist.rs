@@ -143,21 +143,7 @@ fn keyframe_ranges(segments: &[SegmentSummary], timed: &[Timed]) -> Vec<Timed> {
 /// A rendition's I-frame playlist: each segment's keyframe, a byte range
 /// from its start (`EXT-X-BYTERANGE`, version 4), lasting until the next.
 pub fn iframe_playlist(keyframes: &[Timed]) -> String {
-    let mut text = format!(
-        "#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-TARGETDURATION:{}\n#EXT-X-MEDIA-SEQUENCE:0\n\
-         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-I-FRAMES-ONLY\n#EXT-X-INDEPENDENT-SEGMENTS\n",
-        target_duration(keyframes)
-    );
-    for keyframe in keyframes {
-        text.push_str(&format!(
-            "#EXTINF:{:.6},\n#EXT-X-BYTERANGE:{}@0\n{}\n",
-            keyframe.seconds(),
-            keyframe.bytes,
-            keyframe.name
-        ));
-    }
-    text.push_str("#EXT-X-ENDLIST\n");
-    text
+    vod_playlist(keyframes, true)
 }
 
 /// One segment of a media playlist: its file name, size and timing.
@@ -237,17 +223,30 @@ pub fn target_duration(timed: &[Timed]) -> u64 {
 
 /// A VOD media playlist of `timed`, numbered from 0.
 pub fn media_playlist(timed: &[Timed]) -> String {
+    vod_playlist(timed, false)
+}
+
+/// The text of a VOD playlist of `entries`, numbered from 0: with
+/// `iframes`, an I-frame playlist, each entry the byte range `0..bytes`
+/// of its file (`EXT-X-BYTERANGE` needs version 4).
+fn vod_playlist(entries: &[Timed], iframes: bool) -> String {
+    let (version, only) = if iframes {
+        (4, "#EXT-X-I-FRAMES-ONLY\n")
+    } else {
+        (3, "")
+    };
     let mut text = format!(
-        "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:{}\n#EXT-X-MEDIA-SEQUENCE:0\n\
-         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-INDEPENDENT-SEGMENTS\n",
-        target_duration(timed)
+        "#EXTM3U\n#EXT-X-VERSION:{version}\n#EXT-X-TARGETDURATION:{}\n#EXT-X-MEDIA-SEQUENCE:0\n\
+         #EXT-X-PLAYLIST-TYPE:VOD\n{only}#EXT-X-INDEPENDENT-SEGMENTS\n",
+        target_duration(entries)
     );
-    for segment in timed {
-        text.push_str(&format!(
-            "#EXTINF:{:.6},\n{}\n",
-            segment.seconds(),
-            segment.name
-        ));
+    for entry in entries {
+        text.push_str(&format!("#EXTINF:{:.6},\n", entry.seconds()));
+        if iframes {
+            text.push_str(&format!("#EXT-X-BYTERANGE:{}@0\n", entry.bytes));
+        }
+        text.push_str(&entry.name);
+        text.push('\n');
     }
     text.push_str("#EXT-X-ENDLIST\n");
     text
